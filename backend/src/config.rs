@@ -1,0 +1,67 @@
+//! Settings read from the environment once; `docs/env-vars.md` lists every variable.
+
+use std::sync::OnceLock;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// `TANDEM_HOST_DEVICE`: `Some(true)` forces the host device, `Some(false)` hides it, `None`
+    /// offers it only when no GPU is found.
+    pub host_device: Option<bool>,
+    /// `TANDEM_THREADS`: CPU worker threads (0 = one per core).
+    pub threads: usize,
+    /// `TANDEM_DISABLE_DISPATCH`: registration names or prefixes to skip.
+    pub disable_dispatch: Vec<String>,
+    /// `TANDEM_LOG_DISPATCH=1`: print each registration's name the first time it is chosen.
+    pub log_dispatch: bool,
+    /// `TANDEM_STATS=1`: print per-graph statistics.
+    pub stats: bool,
+}
+
+impl Config {
+    /// Reads the variables from `get` (the process environment in [`Config::get`]).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Config {
+        let flag = |name: &str| get(name).is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
+        Config {
+            host_device: get("TANDEM_HOST_DEVICE").map(|v| v == "1" || v.eq_ignore_ascii_case("true")),
+            threads: get("TANDEM_THREADS").and_then(|v| v.trim().parse().ok()).unwrap_or(0),
+            disable_dispatch: get("TANDEM_DISABLE_DISPATCH")
+                .map(|v| v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect())
+                .unwrap_or_default(),
+            log_dispatch: flag("TANDEM_LOG_DISPATCH"),
+            stats: flag("TANDEM_STATS"),
+        }
+    }
+
+    /// The process-wide settings, read on first use.
+    pub fn get() -> &'static Config {
+        static C: OnceLock<Config> = OnceLock::new();
+        C.get_or_init(|| Config::from_lookup(|k| std::env::var(k).ok()))
+    }
+
+    /// Whether registration `name` is disabled by exact name or prefix.
+    pub fn is_disabled(&self, name: &str) -> bool {
+        self.disable_dispatch.iter().any(|d| name == d || name.starts_with(d.as_str()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_lists_and_flags() {
+        let c = Config::from_lookup(|k| match k {
+            "TANDEM_DISABLE_DISPATCH" => Some("hip.gemv_q4_0, hip.rope".into()),
+            "TANDEM_STATS" => Some("1".into()),
+            "TANDEM_HOST_DEVICE" => Some("0".into()),
+            _ => None,
+        });
+        assert!(c.stats && !c.log_dispatch);
+        assert_eq!(c.host_device, Some(false));
+        assert!(c.is_disabled("hip.rope"));
+        assert!(c.is_disabled("hip.gemv_q4_0"));
+        assert!(!c.is_disabled("hip.gemv_q8_0"));
+        let all = Config::from_lookup(|k| (k == "TANDEM_DISABLE_DISPATCH").then(|| "hip.".into()));
+        assert!(all.is_disabled("hip.softmax_f32"));
+    }
+}

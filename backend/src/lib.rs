@@ -1,0 +1,17 @@
+//! Devices and execution: where each node runs (the plan), running the plan, memory, env config
+//! and statistics. The host device (`TANDEM_HOST`) runs every node through tandem's own CPU
+//! code; GPU devices are another placement of the same plan.
+
+pub mod buffer;
+pub mod config;
+pub mod device;
+pub mod executor;
+pub mod plan;
+pub mod stats;
+
+pub use buffer::HostBuffer;
+pub use config::Config;
+pub use device::{devices, Device, DeviceKind, HostDevice};
+pub use executor::ExecError;
+pub use plan::{Placement, Plan};
+pub use stats::GraphStats;
