@@ -21,7 +21,8 @@ unsafe impl Sync for HostBuffer {}
 impl HostBuffer {
     /// Allocates `len` bytes (at least one, so the address is never dangling).
     pub fn new(len: usize) -> Result<HostBuffer, String> {
-        let layout = Layout::from_size_align(len.max(1), HOST_ALIGN).map_err(|e| format!("host buffer of {len} bytes: {e}"))?;
+        let layout =
+            Layout::from_size_align(len.max(1), HOST_ALIGN).map_err(|e| format!("host buffer of {len} bytes: {e}"))?;
         // SAFETY: the layout has non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) };
         if ptr.is_null() {

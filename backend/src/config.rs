@@ -25,7 +25,12 @@ impl Config {
             host_device: get("TANDEM_HOST_DEVICE").map(|v| v == "1" || v.eq_ignore_ascii_case("true")),
             threads: get("TANDEM_THREADS").and_then(|v| v.trim().parse().ok()).unwrap_or(0),
             disable_dispatch: get("TANDEM_DISABLE_DISPATCH")
-                .map(|v| v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect())
+                .map(|v| {
+                    v.split(',')
+                        .map(|s| s.trim().to_string())
+                        .filter(|s| !s.is_empty())
+                        .collect()
+                })
                 .unwrap_or_default(),
             log_dispatch: flag("TANDEM_LOG_DISPATCH"),
             stats: flag("TANDEM_STATS"),
@@ -40,7 +45,9 @@ impl Config {
 
     /// Whether registration `name` is disabled by exact name or prefix.
     pub fn is_disabled(&self, name: &str) -> bool {
-        self.disable_dispatch.iter().any(|d| name == d || name.starts_with(d.as_str()))
+        self.disable_dispatch
+            .iter()
+            .any(|d| name == d || name.starts_with(d.as_str()))
     }
 }
 

@@ -24,7 +24,10 @@ pub struct HostDevice {
 
 impl HostDevice {
     pub fn new(threads: usize) -> HostDevice {
-        HostDevice { ctx: CpuContext::new(threads), plans: PlanCache::default() }
+        HostDevice {
+            ctx: CpuContext::new(threads),
+            plans: PlanCache::default(),
+        }
     }
 
     pub fn cpu(&self) -> &CpuContext {
@@ -45,7 +48,11 @@ impl Device {
 
     pub fn description(&self) -> String {
         match self {
-            Device::Host(h) => format!("tandem host device ({} threads, {})", h.ctx.n_threads(), cpu_feature_line()),
+            Device::Host(h) => format!(
+                "tandem host device ({} threads, {})",
+                h.ctx.n_threads(),
+                cpu_feature_line()
+            ),
         }
     }
 
@@ -70,7 +77,10 @@ impl Device {
     /// for the call and written by nobody else meanwhile.
     pub unsafe fn compute(&self, g: &Graph) -> Result<GraphStats, ExecError> {
         let t0 = Instant::now();
-        let mut stats = GraphStats { nodes: g.nodes.len(), ..Default::default() };
+        let mut stats = GraphStats {
+            nodes: g.nodes.len(),
+            ..Default::default()
+        };
         match self {
             Device::Host(h) => {
                 let (plan, cached) = h.plans.get_or_plan(g, plan_host);

@@ -19,7 +19,8 @@ pub enum ExecError {
 pub fn check_plan(g: &Graph, plan: &Plan) -> Result<(), ExecError> {
     for (index, step) in plan.steps.iter().enumerate() {
         if step.placement == Placement::Cpu {
-            tandem_ops::cpu::check(g.tensor(step.node), &g.srcs(step.node)).map_err(|source| ExecError::Op { index, source })?;
+            tandem_ops::cpu::check(g.tensor(step.node), &g.srcs(step.node))
+                .map_err(|source| ExecError::Op { index, source })?;
         }
     }
     Ok(())

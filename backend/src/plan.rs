@@ -51,7 +51,16 @@ pub fn structure_key(g: &Graph) -> u64 {
 
 fn hash_tensor(g: &Graph, id: TensorId, h: &mut impl Hasher) {
     let t = g.tensor(id);
-    (t.op as u32, t.ty as u32, t.ne, t.nb, t.op_params, t.view_src.is_some(), t.buffer).hash(h);
+    (
+        t.op as u32,
+        t.ty as u32,
+        t.ne,
+        t.nb,
+        t.op_params,
+        t.view_src.is_some(),
+        t.buffer,
+    )
+        .hash(h);
 }
 
 /// Plans for the host device: every computing node on the CPU, views as no-ops.
@@ -61,7 +70,11 @@ pub fn plan_host(g: &Graph) -> Plan {
         .iter()
         .map(|&node| {
             let op = g.tensor(node).op;
-            let placement = if op.is_view() || op == Op::None { Placement::Noop } else { Placement::Cpu };
+            let placement = if op.is_view() || op == Op::None {
+                Placement::Noop
+            } else {
+                Placement::Cpu
+            };
             Step { node, placement }
         })
         .collect();

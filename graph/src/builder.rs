@@ -53,7 +53,15 @@ impl GraphBuilder {
             return Err(err("NONE", &[], format!("negative size {ne:?}")));
         }
         if ty.row_size(ne[0]).is_none() {
-            return Err(err("NONE", &[], format!("{ty} rows need a multiple of {} elements, got {}", ty.block_size(), ne[0])));
+            return Err(err(
+                "NONE",
+                &[],
+                format!(
+                    "{ty} rows need a multiple of {} elements, got {}",
+                    ty.block_size(),
+                    ne[0]
+                ),
+            ));
         }
         Ok(self.new_tensor(ty, ne))
     }
@@ -87,7 +95,15 @@ impl GraphBuilder {
     }
 
     /// A node whose result shares the bytes of `base` with the given shape/strides/offset.
-    fn view_node(&mut self, op: Op, base: TensorId, ne: [i64; 4], nb: [usize; 4], offs: usize, src: &[Option<TensorId>]) -> TensorId {
+    fn view_node(
+        &mut self,
+        op: Op,
+        base: TensorId,
+        ne: [i64; 4],
+        nb: [usize; 4],
+        offs: usize,
+        src: &[Option<TensorId>],
+    ) -> TensorId {
         let b = self.t(base);
         let (root, root_offs) = match b.view_src {
             Some(r) => (r, b.view_offs),
@@ -123,7 +139,11 @@ impl GraphBuilder {
         let mut v = Tensor::new(at.ty, &full_ne);
         v.nb = full_nb;
         if full_ne.iter().all(|&n| n > 0) && offset + v.nbytes() > at.nbytes().max(self.root_bytes(a)) {
-            return Err(err("VIEW", &[&at], format!("view of {} bytes at offset {offset} runs past the source", v.nbytes())));
+            return Err(err(
+                "VIEW",
+                &[&at],
+                format!("view of {} bytes at offset {offset} runs past the source", v.nbytes()),
+            ));
         }
         let id = self.view_node(Op::View, a, full_ne, full_nb, offset, &[Some(a)]);
         let offs = offset as u64;
@@ -147,7 +167,11 @@ impl GraphBuilder {
             return Err(err("RESHAPE", &[&at], "source is not contiguous".into()));
         }
         if full.iter().product::<i64>() != at.nelements() {
-            return Err(err("RESHAPE", &[&at], format!("{full:?} has a different element count")));
+            return Err(err(
+                "RESHAPE",
+                &[&at],
+                format!("{full:?} has a different element count"),
+            ));
         }
         let nb = contiguous_strides(at.ty, &full);
         Ok(self.view_node(Op::Reshape, a, full, nb, 0, &[Some(a)]))
@@ -159,7 +183,11 @@ impl GraphBuilder {
         let mut seen = [false; 4];
         for &x in &axes {
             if x >= 4 || seen[x] {
-                return Err(err("PERMUTE", &[&at], format!("axes {axes:?} are not a permutation of 0..4")));
+                return Err(err(
+                    "PERMUTE",
+                    &[&at],
+                    format!("axes {axes:?} are not a permutation of 0..4"),
+                ));
             }
             seen[x] = true;
         }
@@ -246,7 +274,11 @@ impl GraphBuilder {
     pub fn add_id(&mut self, a: TensorId, b: TensorId, ids: TensorId) -> Result<TensorId> {
         let (at, bt, it) = (self.t(a).clone(), self.t(b).clone(), self.t(ids).clone());
         if at.ne[0] != bt.ne[0] || at.ne[1] != it.ne[0] || at.ne[2] != it.ne[1] || it.ty != ElemType::I32 {
-            return Err(err("ADD_ID", &[&at, &bt, &it], "needs a.ne0 == b.ne0, a.ne1 == ids.ne0, a.ne2 == ids.ne1, i32 ids".into()));
+            return Err(err(
+                "ADD_ID",
+                &[&at, &bt, &it],
+                "needs a.ne0 == b.ne0, a.ne1 == ids.ne0, a.ne2 == ids.ne1, i32 ids".into(),
+            ));
         }
         Ok(self.node(Op::AddId, at.ty, at.ne, &[Some(a), Some(b), Some(ids)]))
     }
@@ -302,7 +334,11 @@ impl GraphBuilder {
     pub fn glu_split(&mut self, a: TensorId, b: TensorId, op: GluOp) -> Result<TensorId> {
         let (at, bt) = (self.t(a).clone(), self.t(b).clone());
         if !at.is_contiguous_n(1) || !bt.is_contiguous_n(1) || at.ne != bt.ne || at.ty != bt.ty {
-            return Err(err("GLU", &[&at, &bt], "needs two same-shape, same-type tensors with contiguous rows".into()));
+            return Err(err(
+                "GLU",
+                &[&at, &bt],
+                "needs two same-shape, same-type tensors with contiguous rows".into(),
+            ));
         }
         let id = self.node(Op::Glu, at.ty, at.ne, &[Some(a), Some(b)]);
         self.g.tensor_mut(id).set_param_i32(0, op as i32);
@@ -326,13 +362,27 @@ impl GraphBuilder {
     }
 
     /// `ggml_rope_ext`: `pos` is i32 with one position per `a.ne[2]`; `freq_factors` optional.
-    pub fn rope(&mut self, a: TensorId, pos: TensorId, freq_factors: Option<TensorId>, p: RopeParams) -> Result<TensorId> {
+    pub fn rope(
+        &mut self,
+        a: TensorId,
+        pos: TensorId,
+        freq_factors: Option<TensorId>,
+        p: RopeParams,
+    ) -> Result<TensorId> {
         let (at, pt) = (self.t(a).clone(), self.t(pos).clone());
         if pt.ty != ElemType::I32 || pt.ne[1] * pt.ne[2] * pt.ne[3] != 1 || pt.ne[0] != at.ne[2] {
-            return Err(err("ROPE", &[&at, &pt], "positions must be an i32 vector of a.ne2 entries".into()));
+            return Err(err(
+                "ROPE",
+                &[&at, &pt],
+                "positions must be an i32 vector of a.ne2 entries".into(),
+            ));
         }
         if p.n_dims <= 0 || p.n_dims as i64 > at.ne[0] || p.n_dims % 2 != 0 {
-            return Err(err("ROPE", &[&at], format!("n_dims {} must be even and within ne0", p.n_dims)));
+            return Err(err(
+                "ROPE",
+                &[&at],
+                format!("n_dims {} must be even and within ne0", p.n_dims),
+            ));
         }
         if p.mode & 1 != 0 || p.mode & crate::op::ROPE_TYPE_MROPE != 0 {
             return Err(err("ROPE", &[&at], format!("rope mode {} is not supported", p.mode)));
@@ -340,7 +390,11 @@ impl GraphBuilder {
         if let Some(ff) = freq_factors {
             let ft = self.t(ff).clone();
             if ft.ty != ElemType::F32 || ft.ne[0] < p.n_dims as i64 / 2 {
-                return Err(err("ROPE", &[&at, &ft], "freq factors must be f32 with n_dims/2 entries".into()));
+                return Err(err(
+                    "ROPE",
+                    &[&at, &ft],
+                    "freq factors must be f32 with n_dims/2 entries".into(),
+                ));
             }
         }
         let id = self.node(Op::Rope, at.ty, at.ne, &[Some(a), Some(pos), freq_factors]);
@@ -349,7 +403,14 @@ impl GraphBuilder {
     }
 
     /// `ggml_soft_max_ext` (+ `ggml_soft_max_add_sinks`): `softmax(a*scale + mask*slope)` per row.
-    pub fn soft_max(&mut self, a: TensorId, mask: Option<TensorId>, sinks: Option<TensorId>, scale: f32, max_bias: f32) -> Result<TensorId> {
+    pub fn soft_max(
+        &mut self,
+        a: TensorId,
+        mask: Option<TensorId>,
+        sinks: Option<TensorId>,
+        scale: f32,
+        max_bias: f32,
+    ) -> Result<TensorId> {
         let at = self.t(a).clone();
         if !at.is_contiguous() {
             return Err(err("SOFT_MAX", &[&at], "source is not contiguous".into()));
@@ -363,7 +424,11 @@ impl GraphBuilder {
                 && at.ne[2] % mt.ne[2] == 0
                 && at.ne[3] % mt.ne[3] == 0;
             if !ok {
-                return Err(err("SOFT_MAX", &[&at, &mt], "mask must be f16/f32, contiguous, ne0 equal, ne1 >= rows, broadcast over ne2/ne3".into()));
+                return Err(err(
+                    "SOFT_MAX",
+                    &[&at, &mt],
+                    "mask must be f16/f32, contiguous, ne0 equal, ne1 >= rows, broadcast over ne2/ne3".into(),
+                ));
             }
         }
         if max_bias > 0.0 && mask.is_none() {
@@ -372,7 +437,11 @@ impl GraphBuilder {
         if let Some(s) = sinks {
             let st = self.t(s).clone();
             if st.ty != ElemType::F32 || st.ne[0] != at.ne[2] {
-                return Err(err("SOFT_MAX", &[&at, &st], "sinks must be f32 with one value per head (a.ne2)".into()));
+                return Err(err(
+                    "SOFT_MAX",
+                    &[&at, &st],
+                    "sinks must be f32 with one value per head (a.ne2)".into(),
+                ));
             }
         }
         let id = self.node(Op::SoftMax, at.ty, at.ne, &[Some(a), mask, sinks]);
@@ -388,12 +457,21 @@ impl GraphBuilder {
     pub fn mul_mat(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
         let (at, bt) = (self.t(a).clone(), self.t(b).clone());
         if at.ne[0] != bt.ne[0] || bt.ne[2] % at.ne[2] != 0 || bt.ne[3] % at.ne[3] != 0 {
-            return Err(err("MUL_MAT", &[&at, &bt], "needs a.ne0 == b.ne0 and b's batches a multiple of a's".into()));
+            return Err(err(
+                "MUL_MAT",
+                &[&at, &bt],
+                "needs a.ne0 == b.ne0 and b's batches a multiple of a's".into(),
+            ));
         }
         if at.nb[0] > at.nb[1] {
             return Err(err("MUL_MAT", &[&at, &bt], "src0 is transposed".into()));
         }
-        Ok(self.node(Op::MulMat, ElemType::F32, [at.ne[1], bt.ne[1], bt.ne[2], bt.ne[3]], &[Some(a), Some(b)]))
+        Ok(self.node(
+            Op::MulMat,
+            ElemType::F32,
+            [at.ne[1], bt.ne[1], bt.ne[2], bt.ne[3]],
+            &[Some(a), Some(b)],
+        ))
     }
 
     /// `ggml_mul_mat_id`: expert matrices `as` [k, m, n_expert], `b` [k, n_b, n_tokens],
@@ -411,9 +489,18 @@ impl GraphBuilder {
             && bt.ne[1] > 0
             && it.ne[0] % bt.ne[1] == 0;
         if !ok {
-            return Err(err("MUL_MAT_ID", &[&at, &bt, &it], "shapes do not fit ggml_mul_mat_id's rules".into()));
+            return Err(err(
+                "MUL_MAT_ID",
+                &[&at, &bt, &it],
+                "shapes do not fit ggml_mul_mat_id's rules".into(),
+            ));
         }
-        Ok(self.node(Op::MulMatId, ElemType::F32, [at.ne[1], it.ne[0], bt.ne[2], 1], &[Some(as_), Some(b), Some(ids)]))
+        Ok(self.node(
+            Op::MulMatId,
+            ElemType::F32,
+            [at.ne[1], it.ne[0], bt.ne[2], 1],
+            &[Some(as_), Some(b), Some(ids)],
+        ))
     }
 
     // ---- rows --------------------------------------------------------------------------
@@ -422,10 +509,23 @@ impl GraphBuilder {
     pub fn get_rows(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
         let (at, bt) = (self.t(a).clone(), self.t(b).clone());
         if at.ne[2] != bt.ne[1] || at.ne[3] != bt.ne[2] || bt.ne[3] != 1 || bt.ty != ElemType::I32 {
-            return Err(err("GET_ROWS", &[&at, &bt], "indices must be i32 [n, a.ne2, a.ne3]".into()));
+            return Err(err(
+                "GET_ROWS",
+                &[&at, &bt],
+                "indices must be i32 [n, a.ne2, a.ne3]".into(),
+            ));
         }
-        let ty = if at.ty == ElemType::I32 { ElemType::I32 } else { ElemType::F32 };
-        Ok(self.node(Op::GetRows, ty, [at.ne[0], bt.ne[0], bt.ne[1], bt.ne[2]], &[Some(a), Some(b)]))
+        let ty = if at.ty == ElemType::I32 {
+            ElemType::I32
+        } else {
+            ElemType::F32
+        };
+        Ok(self.node(
+            Op::GetRows,
+            ty,
+            [at.ne[0], bt.ne[0], bt.ne[1], bt.ne[2]],
+            &[Some(a), Some(b)],
+        ))
     }
 
     /// `ggml_set_rows`: writes rows of `b` into `a` at indices `c`; the result is a view of `a`.
@@ -445,7 +545,11 @@ impl GraphBuilder {
             && at.is_contiguous_rows()
             && bt.is_contiguous_rows();
         if !ok {
-            return Err(err("SET_ROWS", &[&at, &bt, &ct], "shapes or types do not fit ggml_set_rows's rules".into()));
+            return Err(err(
+                "SET_ROWS",
+                &[&at, &bt, &ct],
+                "shapes or types do not fit ggml_set_rows's rules".into(),
+            ));
         }
         Ok(self.view_node(Op::SetRows, a, at.ne, at.nb, 0, &[Some(b), Some(c), Some(a)]))
     }
@@ -494,13 +598,26 @@ impl GraphBuilder {
             && vt.ne[1] == kt.ne[1]
             && vt.ne[2] == kt.ne[2];
         if !ok {
-            return Err(err("FLASH_ATTN_EXT", &[&qt, &kt, &vt], "q/k/v shapes do not fit".into()));
+            return Err(err(
+                "FLASH_ATTN_EXT",
+                &[&qt, &kt, &vt],
+                "q/k/v shapes do not fit".into(),
+            ));
         }
         if let Some(m) = mask {
             let mt = self.t(m).clone();
-            let ok = mt.ty == ElemType::F16 && mt.is_contiguous() && mt.ne[0] == kt.ne[1] && mt.ne[1] >= qt.ne[1] && qt.ne[2] % mt.ne[2] == 0 && qt.ne[3] % mt.ne[3] == 0;
+            let ok = mt.ty == ElemType::F16
+                && mt.is_contiguous()
+                && mt.ne[0] == kt.ne[1]
+                && mt.ne[1] >= qt.ne[1]
+                && qt.ne[2] % mt.ne[2] == 0
+                && qt.ne[3] % mt.ne[3] == 0;
             if !ok {
-                return Err(err("FLASH_ATTN_EXT", &[&qt, &kt, &mt], "mask must be contiguous f16 [n_kv, >= n_q, ...] broadcasting over heads".into()));
+                return Err(err(
+                    "FLASH_ATTN_EXT",
+                    &[&qt, &kt, &mt],
+                    "mask must be contiguous f16 [n_kv, >= n_q, ...] broadcasting over heads".into(),
+                ));
             }
         }
         if max_bias > 0.0 && mask.is_none() {
@@ -509,10 +626,19 @@ impl GraphBuilder {
         if let Some(s) = sinks {
             let st = self.t(s).clone();
             if st.ty != ElemType::F32 || st.ne[0] != qt.ne[2] {
-                return Err(err("FLASH_ATTN_EXT", &[&qt, &st], "sinks must be f32 with one value per head".into()));
+                return Err(err(
+                    "FLASH_ATTN_EXT",
+                    &[&qt, &st],
+                    "sinks must be f32 with one value per head".into(),
+                ));
             }
         }
-        let id = self.node(Op::FlashAttnExt, ElemType::F32, [vt.ne[0], qt.ne[2], qt.ne[1], qt.ne[3]], &[Some(q), Some(k), Some(v), mask, sinks]);
+        let id = self.node(
+            Op::FlashAttnExt,
+            ElemType::F32,
+            [vt.ne[0], qt.ne[2], qt.ne[1], qt.ne[3]],
+            &[Some(q), Some(k), Some(v), mask, sinks],
+        );
         let t = self.g.tensor_mut(id);
         t.set_param_f32(0, scale);
         t.set_param_f32(1, max_bias);
@@ -550,7 +676,10 @@ mod tests {
         assert_eq!(g.tensor(c).ne, [10, 3, 2, 1]);
         let bad = g.new_tensor(ElemType::F32, &[32, 3]);
         let e = g.mul_mat(a, bad).unwrap_err();
-        assert!(e.to_string().contains("MUL_MAT") && e.to_string().contains("q4_0[64,10,1,1]"), "{e}");
+        assert!(
+            e.to_string().contains("MUL_MAT") && e.to_string().contains("q4_0[64,10,1,1]"),
+            "{e}"
+        );
     }
 
     #[test]

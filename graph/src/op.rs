@@ -213,7 +213,13 @@ pub enum GluOp {
 }
 
 impl GluOp {
-    pub const ALL: [GluOp; 5] = [GluOp::Reglu, GluOp::Geglu, GluOp::Swiglu, GluOp::GegluErf, GluOp::GegluQuick];
+    pub const ALL: [GluOp; 5] = [
+        GluOp::Reglu,
+        GluOp::Geglu,
+        GluOp::Swiglu,
+        GluOp::GegluErf,
+        GluOp::GegluQuick,
+    ];
 
     pub fn from_ggml(id: i32) -> Option<GluOp> {
         GluOp::ALL.iter().copied().find(|o| *o as i32 == id)

@@ -75,7 +75,10 @@ pub struct SoftMaxParams {
 
 impl SoftMaxParams {
     pub fn read(t: &Tensor) -> SoftMaxParams {
-        SoftMaxParams { scale: t.param_f32(0), max_bias: t.param_f32(1) }
+        SoftMaxParams {
+            scale: t.param_f32(0),
+            max_bias: t.param_f32(1),
+        }
     }
 }
 

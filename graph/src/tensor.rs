@@ -138,7 +138,10 @@ impl Tensor {
 
     /// `ty[ne0,ne1,ne2,ne3]`, used in error messages.
     pub fn describe(&self) -> String {
-        format!("{}[{},{},{},{}]", self.ty, self.ne[0], self.ne[1], self.ne[2], self.ne[3])
+        format!(
+            "{}[{},{},{},{}]",
+            self.ty, self.ne[0], self.ne[1], self.ne[2], self.ne[3]
+        )
     }
 
     pub fn param_i32(&self, i: usize) -> i32 {

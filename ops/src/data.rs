@@ -65,7 +65,11 @@ pub unsafe fn write_f64(t: &Tensor, i: [i64; 4], v: f64) {
 
 /// Every index `[i0, i1, i2, i3]` of `ne`, i0 fastest.
 pub fn indices(ne: [i64; 4]) -> impl Iterator<Item = [i64; 4]> {
-    let n = if ne.iter().any(|&x| x <= 0) { 0 } else { ne.iter().product::<i64>() };
+    let n = if ne.iter().any(|&x| x <= 0) {
+        0
+    } else {
+        ne.iter().product::<i64>()
+    };
     (0..n).map(move |mut k| {
         let i0 = k % ne[0];
         k /= ne[0];

@@ -10,7 +10,11 @@ pub struct CpuContext {
 impl CpuContext {
     /// A pool of `n_threads` workers (0 = one per available core).
     pub fn new(n_threads: usize) -> CpuContext {
-        let n = if n_threads == 0 { std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) } else { n_threads };
+        let n = if n_threads == 0 {
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+        } else {
+            n_threads
+        };
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(n)
             .thread_name(|i| format!("tandem-cpu-{i}"))

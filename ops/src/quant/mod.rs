@@ -28,11 +28,17 @@ pub fn can_dequantize(ty: ElemType) -> bool {
 /// bytes), byte-identical to ggml's reference quantizer.
 pub fn quantize_row(ty: ElemType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
     let _ = (src, dst);
-    Err(QuantError { ty, reason: "not implemented".into() })
+    Err(QuantError {
+        ty,
+        reason: "not implemented".into(),
+    })
 }
 
 /// Expands `src` (`ty.row_size(dst.len())` bytes) into `dst`.
 pub fn dequantize_row(ty: ElemType, src: &[u8], dst: &mut [f32]) -> Result<(), QuantError> {
     let _ = (src, dst);
-    Err(QuantError { ty, reason: "not implemented".into() })
+    Err(QuantError {
+        ty,
+        reason: "not implemented".into(),
+    })
 }
