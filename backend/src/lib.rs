@@ -6,6 +6,7 @@ pub mod buffer;
 pub mod config;
 pub mod device;
 pub mod executor;
+pub mod gpu;
 pub mod plan;
 pub mod stats;
 

@@ -1,14 +1,68 @@
-//! The catalog of HIP C++ kernel sources. Each `*.hip` file holds one op family; the runtime
-//! compiles them at first use (hiprtc on AMD, NVRTC through the portability header on NVIDIA).
+//! The catalog of HIP C++ kernel sources. Each `*.hip` file holds one op family and includes the
+//! portability header [`HEADER`] by name; the runtime compiles them at first use (hiprtc on AMD,
+//! NVRTC on NVIDIA), handing the header over in memory so no include folder is needed.
+
+/// The name kernels `#include`, and the contents the compilers get for it.
+pub const HEADER_NAME: &str = "tandem_hip.h";
+pub const HEADER: &str = include_str!("tandem_hip.h");
 
 /// One kernel source file and the entry points it defines.
 #[derive(Clone, Copy, Debug)]
 pub struct KernelSource {
-    /// Op family, e.g. `elementwise`.
+    /// Op family, e.g. `elementwise`; also the program name the compilers see.
     pub family: &'static str,
+    /// File name under `kernels-hip/src/`, for messages and the offline compile check.
+    pub file: &'static str,
     pub source: &'static str,
+    /// `extern "C"` kernels the family defines (unmangled, so these are the symbol names).
     pub entries: &'static [&'static str],
+    /// Compiler options of this family on top of the runtime's own (arch, language standard).
+    pub options: &'static [&'static str],
 }
 
-/// Every kernel source tandem ships (GPU kernels arrive with the GPU runtime).
-pub const CATALOG: &[KernelSource] = &[];
+/// Elementwise f32: binary ops with broadcasting, scale, silu.
+pub const ELEMENTWISE: KernelSource = KernelSource {
+    family: "elementwise",
+    file: "elementwise.hip",
+    source: include_str!("elementwise.hip"),
+    entries: &[
+        "tandem_add_f32",
+        "tandem_sub_f32",
+        "tandem_mul_f32",
+        "tandem_div_f32",
+        "tandem_scale_f32",
+        "tandem_silu_f32",
+    ],
+    options: &[],
+};
+
+/// Every kernel source tandem ships.
+pub const CATALOG: &[KernelSource] = &[ELEMENTWISE];
+
+/// The catalog entry of `family`.
+pub fn find(family: &str) -> Option<&'static KernelSource> {
+    CATALOG.iter().find(|k| k.family == family)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_entry_is_defined_in_its_source() {
+        for k in CATALOG {
+            assert!(k.source.contains(&format!("#include \"{HEADER_NAME}\"")), "{}", k.file);
+            for e in k.entries {
+                let def = format!("{e}(");
+                assert!(k.source.contains(&def), "{} lacks {e}", k.file);
+                assert_eq!(k.source.matches(&def).count(), 1, "{e} defined twice in {}", k.file);
+            }
+        }
+        let mut names: Vec<_> = CATALOG.iter().flat_map(|k| k.entries.iter()).collect();
+        let n = names.len();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), n, "entry names must be unique across families");
+        assert!(find("elementwise").is_some() && find("nope").is_none());
+    }
+}

@@ -1,0 +1,148 @@
+//! Kernel families compiled for one device at first use (through the JIT cache) and kept loaded.
+
+use super::api::{CompileError, GpuError, KernelCompiler};
+use super::jit::{CompileRequest, JitError, KernelCache, Origin};
+use super::safe::{Context, Function, Module};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tandem_kernels_hip::{KernelSource, CATALOG, HEADER, HEADER_NAME};
+
+#[derive(Clone, Debug)]
+pub enum KernelError {
+    UnknownFamily(String),
+    Jit(JitError),
+    Gpu(GpuError),
+}
+
+impl fmt::Display for KernelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KernelError::UnknownFamily(n) => write!(f, "no kernel family {n}"),
+            KernelError::Jit(e) => e.fmt(f),
+            KernelError::Gpu(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for KernelError {}
+
+impl From<GpuError> for KernelError {
+    fn from(e: GpuError) -> Self {
+        KernelError::Gpu(e)
+    }
+}
+
+/// The full option list for `k` on `arch`: the compiler's arch options, then the family's.
+pub fn options_for(compiler: &dyn KernelCompiler, k: &KernelSource, arch: &str) -> Vec<String> {
+    let mut o = compiler.arch_options(arch);
+    o.extend(k.options.iter().map(|s| s.to_string()));
+    o
+}
+
+/// Compiles (or fetches from `cache`) the code object of `k` for `arch`.
+pub fn build(
+    compiler: &dyn KernelCompiler,
+    cache: &KernelCache,
+    k: &KernelSource,
+    arch: &str,
+) -> Result<(Arc<Vec<u8>>, Origin), JitError> {
+    let options = options_for(compiler, k, arch);
+    let id = compiler.id();
+    let headers = [(HEADER_NAME, HEADER)];
+    let req = CompileRequest {
+        name: k.family,
+        source: k.source,
+        headers: &headers,
+        options: &options,
+        arch,
+        compiler: &id,
+    };
+    cache.get_or_compile(&req, || {
+        compiler
+            .compile(k.file, k.source, &headers, &options)
+            .map_err(|e| CompileError {
+                program: format!("{} ({})", k.family, k.file),
+                ..e
+            })
+    })
+}
+
+/// A family's load record, for `tandem kernels` and JIT timing.
+#[derive(Clone, Debug)]
+pub struct LoadRecord {
+    pub family: &'static str,
+    pub origin: Origin,
+    pub time: Duration,
+    pub bytes: usize,
+}
+
+/// The kernels of one device.
+pub struct Kernels {
+    ctx: Arc<Context>,
+    compiler: Arc<dyn KernelCompiler>,
+    cache: Arc<KernelCache>,
+    modules: Mutex<HashMap<&'static str, Arc<Module>>>,
+    records: Mutex<Vec<LoadRecord>>,
+}
+
+impl Kernels {
+    pub fn new(ctx: Arc<Context>, compiler: Arc<dyn KernelCompiler>, cache: Arc<KernelCache>) -> Kernels {
+        Kernels {
+            ctx,
+            compiler,
+            cache,
+            modules: Mutex::new(HashMap::new()),
+            records: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    /// The loaded module of `family`, compiling it on first use. Concurrent first uses of one
+    /// family compile once (the JIT cache's per-key lock) and load at most one module each.
+    pub fn module(&self, family: &str) -> Result<Arc<Module>, KernelError> {
+        if let Some(m) = self.lock_modules().get(family) {
+            return Ok(m.clone());
+        }
+        let k = tandem_kernels_hip::find(family).ok_or_else(|| KernelError::UnknownFamily(family.into()))?;
+        let t0 = Instant::now();
+        let (code, origin) = build(&*self.compiler, &self.cache, k, &self.ctx.info().arch).map_err(KernelError::Jit)?;
+        let module = self.ctx.load_module(&code)?;
+        let mut modules = self.lock_modules();
+        let m = modules.entry(k.family).or_insert(module).clone();
+        drop(modules);
+        self.records.lock().unwrap_or_else(|p| p.into_inner()).push(LoadRecord {
+            family: k.family,
+            origin,
+            time: t0.elapsed(),
+            bytes: code.len(),
+        });
+        Ok(m)
+    }
+
+    /// The entry point `entry` of `family`.
+    pub fn function(&self, family: &str, entry: &str) -> Result<Function, KernelError> {
+        Ok(self.module(family)?.function(entry)?)
+    }
+
+    /// Loads every catalog family (`tandem kernels --build`); one result per family.
+    pub fn build_all(&self) -> Vec<(&'static str, Result<(), KernelError>)> {
+        CATALOG
+            .iter()
+            .map(|k| (k.family, self.module(k.family).map(|_| ())))
+            .collect()
+    }
+
+    /// What was loaded so far, in order, with where it came from and how long it took.
+    pub fn records(&self) -> Vec<LoadRecord> {
+        self.records.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn lock_modules(&self) -> std::sync::MutexGuard<'_, HashMap<&'static str, Arc<Module>>> {
+        self.modules.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}

@@ -1,0 +1,91 @@
+// Portability header: every tandem kernel is HIP C++ and includes this first. It lets one source
+// compile under three compilers:
+//   - hiprtc (AMD, at run time): hip_runtime and the fp16 types are pre-included;
+//   - clang -x hip (AMD, the CI compile check): the HIP headers are included here;
+//   - NVRTC (NVIDIA, at run time and in CI): no headers at all, so this file maps the HIP names
+//     kernels use onto CUDA ones and supplies the few types NVRTC lacks without cuda_fp16.h.
+// Kernels use warpSize for the wave size (32 on NVIDIA and RDNA, 64 on CDNA) and never assume it.
+#pragma once
+
+#if defined(__CUDACC_RTC__)
+// ---- NVIDIA through NVRTC ----
+#define TANDEM_NVIDIA 1
+
+// IEEE binary16 as its bits; conversions are single PTX instructions (sm_53+), so kernels need
+// no cuda_fp16.h and the runtime needs no CUDA include folder.
+struct __align__(2) __half {
+    unsigned short x;
+};
+static __device__ __forceinline__ float __half2float(__half h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h.x));
+    return f;
+}
+static __device__ __forceinline__ __half __float2half(float f) {
+    __half h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.x) : "f"(f));
+    return h;
+}
+
+// HIP's shuffles act on the whole wave; CUDA's need the member mask. All lanes take part in every
+// tandem shuffle, so the full mask is right.
+#define __shfl(v, ...) __shfl_sync(0xffffffffu, (v), __VA_ARGS__)
+#define __shfl_xor(v, ...) __shfl_xor_sync(0xffffffffu, (v), __VA_ARGS__)
+#define __shfl_down(v, ...) __shfl_down_sync(0xffffffffu, (v), __VA_ARGS__)
+#define __shfl_up(v, ...) __shfl_up_sync(0xffffffffu, (v), __VA_ARGS__)
+
+#elif defined(__HIPCC_RTC__)
+// ---- AMD through hiprtc: hip_runtime and hip_fp16 are already there ----
+#define TANDEM_AMD 1
+
+#else
+// ---- AMD through clang/hipcc (offline compile check) ----
+#define TANDEM_AMD 1
+#include <hip/hip_runtime.h>
+#include <hip/hip_fp16.h>
+#endif
+
+// Fixed-width integers under tandem's own names: NVRTC has no <stdint.h> and hiprtc defines only
+// some of its names (ROCm 5.2 lacks uint16_t), so kernels use these everywhere.
+typedef signed char i8;
+typedef unsigned char u8;
+typedef short i16;
+typedef unsigned short u16;
+typedef int i32;
+typedef unsigned int u32;
+typedef long long i64;
+typedef unsigned long long u64;
+
+#define TANDEM_DEVICE static __device__ __forceinline__
+
+// +inf without <math.h> (NVRTC has no INFINITY macro).
+#define TANDEM_INF __int_as_float(0x7f800000)
+
+// bfloat16 as its bits: the same code on both vendors, no vendor header.
+TANDEM_DEVICE float tandem_bf16_to_f32(u16 b) {
+    return __uint_as_float(((u32)b) << 16);
+}
+TANDEM_DEVICE u16 tandem_f32_to_bf16(float f) {
+    u32 u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        return (u16)((u >> 16) | 0x40u);  // keep NaN a (quiet) NaN
+    }
+    u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+    return (u16)(u >> 16);
+}
+
+// Sum over one wave, for any wave size; every lane gets the total.
+TANDEM_DEVICE float tandem_wave_sum(float v) {
+    for (int offset = warpSize / 2; offset > 0; offset >>= 1) {
+        v += __shfl_xor(v, offset);
+    }
+    return v;
+}
+
+// Maximum over one wave; every lane gets it.
+TANDEM_DEVICE float tandem_wave_max(float v) {
+    for (int offset = warpSize / 2; offset > 0; offset >>= 1) {
+        v = fmaxf(v, __shfl_xor(v, offset));
+    }
+    return v;
+}

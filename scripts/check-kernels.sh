@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Compile check of every HIP kernel without a GPU; exits non-zero on any compile failure.
+#   NVIDIA sm_90: NVRTC from the PyPI wheel `nvidia-cuda-nvrtc`, loaded through tandem's own
+#     runtime layer with the same header and options the JIT uses (the `catalog_compiles_with_nvrtc`
+#     test of tandem-backend).
+#   AMD gfx1100, gfx1151, gfx1201: Debian's clang-19 HIP support, one object per kernel and arch.
+# Environment: CHECK_KERNELS_INSTALL=1 installs the Debian packages if missing (needs root);
+# CHECK_KERNELS_SKIP=nvidia|amd skips one half with a printed reason; AMD_ARCHS / NVIDIA_ARCH
+# override the targets; NVRTC_WHEEL pins the wheel (cached under target/kernel-check/).
+set -euo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+work="$root/target/kernel-check"
+src="$root/kernels-hip/src"
+amd_archs="${AMD_ARCHS:-gfx1100 gfx1151 gfx1201}"
+nvidia_arch="${NVIDIA_ARCH:-sm_90}"
+nvrtc_wheel="${NVRTC_WHEEL:-nvidia-cuda-nvrtc==13.5.37}"
+skip="${CHECK_KERNELS_SKIP:-}"
+mkdir -p "$work"
+failures=0
+
+# ---------------------------------------------------------------- NVIDIA through NVRTC
+check_nvidia() {
+    local site="$work/nvrtc-wheel"
+    local stamp="$site/.installed-$nvrtc_wheel"
+    if [[ ! -f "$stamp" ]]; then
+        rm -rf "$site"
+        if ! python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps --target "$site" \
+            "$nvrtc_wheel"; then
+            echo "check-kernels: FAIL nvidia: could not install $nvrtc_wheel"
+            return 1
+        fi
+        touch "$stamp"
+    fi
+    local lib
+    lib="$(find "$site" -name 'libnvrtc.so.*' ! -name '*builtins*' | sort | head -n1)"
+    if [[ -z "$lib" ]]; then
+        echo "check-kernels: FAIL nvidia: no libnvrtc.so.* inside $nvrtc_wheel"
+        return 1
+    fi
+    echo "check-kernels: nvidia $nvidia_arch with $lib"
+    # TANDEM_REQUIRE_NVRTC turns the test's "NVRTC not found" skip into a failure.
+    (cd "$root" && TANDEM_NVRTC="$lib" TANDEM_REQUIRE_NVRTC=1 TANDEM_CHECK_NVIDIA_ARCH="$nvidia_arch" \
+        cargo test --quiet -p tandem-backend --lib gpu::check::tests::catalog_compiles_with_nvrtc \
+        -- --exact --nocapture)
+}
+
+# ---------------------------------------------------------------- AMD through clang-19
+ensure_clang() {
+    if command -v clang++-19 >/dev/null && [[ -f /usr/include/hip/hip_runtime.h ]] &&
+        ls /usr/lib/x86_64-linux-gnu/amdgcn/bitcode/ockl.bc >/dev/null 2>&1; then
+        return 0
+    fi
+    if [[ "${CHECK_KERNELS_INSTALL:-0}" == 1 ]]; then
+        apt-get update -qq
+        apt-get install -y -qq --no-install-recommends clang-19 lld-19 libamdhip64-dev rocm-device-libs >/dev/null
+        return 0
+    fi
+    return 1
+}
+
+# Debian's rocm-device-libs predate some chips: its bitcode folder lacks their ISA-version file.
+# Each one is a single constant; build it with the same clang into a folder that links the rest.
+device_lib_dir() {
+    local dir="$work/amd-device-libs"
+    local bitcode=/usr/lib/x86_64-linux-gnu/amdgcn/bitcode
+    mkdir -p "$dir"
+    for f in "$bitcode"/*.bc; do
+        ln -sf "$f" "$dir/$(basename "$f")"
+    done
+    for arch in $amd_archs; do
+        local n="${arch#gfx}"
+        local out="$dir/oclc_isa_version_$n.bc"
+        [[ -e "$out" ]] && continue
+        printf '%s\n' 'target triple = "amdgcn-amd-amdhsa"' \
+            "@__oclc_ISA_version = linkonce_odr protected local_unnamed_addr addrspace(4) constant i32 ${n}0, align 4" \
+            >"$dir/isa_$n.ll"
+        clang-19 -target amdgcn-amd-amdhsa -nogpulib -c -emit-llvm "$dir/isa_$n.ll" -o "$out"
+    done
+    echo "$dir"
+}
+
+check_amd() {
+    if ! ensure_clang; then
+        echo "check-kernels: SKIP amd: clang-19 HIP support missing (apt-get install -y" \
+            "--no-install-recommends clang-19 lld-19 libamdhip64-dev rocm-device-libs," \
+            "or CHECK_KERNELS_INSTALL=1)"
+        return 2
+    fi
+    local libs
+    libs="$(device_lib_dir)"
+    local bad=0
+    for arch in $amd_archs; do
+        for k in "$src"/*.hip; do
+            local name
+            name="$(basename "$k" .hip)"
+            if clang++-19 -x hip -std=c++17 -O3 -Werror --offload-arch="$arch" --cuda-device-only \
+                --no-gpu-bundle-output --rocm-path=/usr --rocm-device-lib-path="$libs" -I "$src" \
+                -c "$k" -o "$work/$name.$arch.o" 2>"$work/$name.$arch.log"; then
+                echo "check-kernels: ok   amd $arch $name"
+            else
+                echo "check-kernels: FAIL amd $arch $name"
+                sed 's/^/    /' "$work/$name.$arch.log"
+                bad=1
+            fi
+        done
+    done
+    # The runtime path too: hiprtc through tandem's loader, with the runtime's header and options.
+    # Debian's hiprtc (ROCm 5.2) crashes on gfx11, so it checks gfx1030 only.
+    if (cd "$root" && TANDEM_CHECK_HIPRTC_ARCH=gfx1030 cargo test --quiet -p tandem-backend --lib \
+        gpu::check::tests::catalog_compiles_with_hiprtc_when_asked -- --exact --nocapture \
+        >"$work/hiprtc.log" 2>&1); then
+        grep '^check-kernels' "$work/hiprtc.log" || true
+    else
+        echo "check-kernels: FAIL amd gfx1030 via hiprtc"
+        sed 's/^/    /' "$work/hiprtc.log"
+        bad=1
+    fi
+    return $bad
+}
+
+if [[ "$skip" == nvidia ]]; then
+    echo "check-kernels: SKIP nvidia (CHECK_KERNELS_SKIP=nvidia)"
+elif ! check_nvidia; then
+    failures=$((failures + 1))
+fi
+
+if [[ "$skip" == amd ]]; then
+    echo "check-kernels: SKIP amd (CHECK_KERNELS_SKIP=amd)"
+else
+    rc=0
+    check_amd || rc=$?
+    if [[ $rc == 1 ]]; then
+        failures=$((failures + 1))
+    fi
+fi
+
+if [[ $failures != 0 ]]; then
+    echo "check-kernels: FAILED ($failures part(s))"
+    exit 1
+fi
+echo "check-kernels: all kernels compile"
