@@ -5,11 +5,22 @@ mod add_id;
 mod attention;
 mod binary;
 mod copy;
+mod ew_math;
+mod ew_rows;
+#[cfg(test)]
+mod ew_testutil;
+mod fa_check;
+mod fa_kernel;
+mod fa_simd;
 mod get_rows;
 mod glu;
-mod matmul;
+pub(crate) mod matmul;
 mod norm;
 mod rope;
+mod rs_expf;
+mod rs_rowio;
+#[cfg(test)]
+mod rs_testutil;
 mod set_rows;
 mod softmax;
 mod sort;
