@@ -58,5 +58,12 @@ unsafe fn run_cpu_node(ctx: &CpuContext, g: &Graph, node: TensorId) -> Result<()
     if t.nelements() > 0 && t.data == 0 {
         return Err(OpError::new(t, &g.srcs(node), "result has no memory (not allocated)"));
     }
-    tandem_ops::cpu::compute(ctx, t, &g.srcs(node))
+    let srcs = g.srcs(node);
+    if let Some(i) = srcs
+        .iter()
+        .position(|s| s.is_some_and(|s| s.nelements() > 0 && s.data == 0))
+    {
+        return Err(OpError::new(t, &srcs, format!("src{i} has no memory (not allocated)")));
+    }
+    tandem_ops::cpu::compute(ctx, t, &srcs)
 }

@@ -1,1 +1,75 @@
-fn main() {}
+//! `tandem`: the op harness (`test-ops`), benchmarks (`perf-ops`), the support table and
+//! device information.
+
+mod cases;
+mod cli;
+mod common;
+mod compare;
+mod data;
+mod info;
+mod perf;
+mod run;
+mod support;
+
+use clap::Parser;
+use cli::{Cli, Command};
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    match dispatch(Cli::parse().command) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("tandem: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Runs one subcommand; `Ok(false)` means it ran and found failures (or ran nothing).
+fn dispatch(cmd: Command) -> Result<bool, String> {
+    match cmd {
+        Command::TestOps {
+            device,
+            ops,
+            pattern,
+            seed,
+            verbose,
+        } => {
+            let opts = run::TestOptions {
+                ops: common::parse_ops(ops.as_deref())?,
+                pattern: common::parse_regex(pattern.as_deref())?,
+                seed,
+                verbose,
+            };
+            let dev = common::pick_device(device.as_deref())?;
+            Ok(run::test_ops(&dev, &opts))
+        }
+        Command::PerfOps {
+            device,
+            ops,
+            pattern,
+            json,
+            reps,
+            seed,
+        } => {
+            let opts = perf::PerfOptions {
+                ops: common::parse_ops(ops.as_deref())?,
+                pattern: common::parse_regex(pattern.as_deref())?,
+                json,
+                reps,
+                seed,
+            };
+            let dev = common::pick_device(device.as_deref())?;
+            Ok(perf::perf_ops(&dev, &opts))
+        }
+        Command::Support { device, ops } => {
+            let dev = common::pick_device(device.as_deref())?;
+            Ok(support::support(&dev, &common::parse_ops(ops.as_deref())?))
+        }
+        Command::Info => {
+            info::info();
+            Ok(true)
+        }
+    }
+}

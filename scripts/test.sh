@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The full check of tandem: formatting, lints, every test (the integration tests build the real
+# ggml from llama-cpp-sys-2) and the op harness on the best device. Exits non-zero on the first
+# failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n== %s\n' "$*"; }
+
+# System packages the ggml build needs (cmake, a C/C++ compiler, libclang for bindgen). Only
+# what is missing is installed, so a prepared machine skips apt entirely.
+missing=()
+command -v cmake >/dev/null 2>&1 || missing+=(cmake)
+{ command -v cc >/dev/null 2>&1 && command -v c++ >/dev/null 2>&1; } || missing+=(build-essential)
+if ! { ldconfig -p 2>/dev/null | grep -q 'libclang[-.0-9]*\.so'; } \
+    && ! compgen -G '/usr/lib/llvm-*/lib/libclang*.so*' >/dev/null \
+    && [ -z "${LIBCLANG_PATH:-}" ]; then
+    missing+=(libclang-dev)
+fi
+if [ "${#missing[@]}" -gt 0 ]; then
+    step "installing ${missing[*]}"
+    sudo=""
+    if [ "$(id -u)" -ne 0 ]; then
+        if command -v sudo >/dev/null 2>&1; then
+            sudo="sudo"
+        else
+            echo "test.sh: need root (or sudo) to install: ${missing[*]}" >&2
+            exit 1
+        fi
+    fi
+    $sudo apt-get update
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+
+# rustfmt and clippy come with most toolchains; add them where rustup can.
+for comp in rustfmt clippy; do
+    sub=${comp/rustfmt/fmt}
+    if ! cargo "$sub" --version >/dev/null 2>&1 && command -v rustup >/dev/null 2>&1; then
+        rustup component add "$comp"
+    fi
+done
+
+step "cargo fmt --all -- --check"
+cargo fmt --all -- --check
+
+step "cargo clippy --workspace --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "kernel compile check (NVRTC sm_90, clang-19 gfx1100/gfx1151/gfx1201)"
+CHECK_KERNELS_INSTALL=1 bash scripts/check-kernels.sh
+
+step "cargo test --workspace"
+cargo test --workspace
+
+step "tandem test-ops (release)"
+cargo run --release -p tandem-tools --bin tandem -- test-ops
+
+step "all checks passed"

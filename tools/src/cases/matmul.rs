@@ -1,0 +1,113 @@
+//! MUL_MAT over every weight type (odd m, n = 1..8 and 16, k at several block multiples,
+//! broadcast batches, permuted src1) and MUL_MAT_ID.
+
+use super::{Case, Fill, Setup};
+use tandem_graph::{ElemType, Op};
+
+/// Every weight type the matmul cases cover.
+pub const WEIGHT_TYPES: [ElemType; 14] = [
+    ElemType::F32,
+    ElemType::F16,
+    ElemType::BF16,
+    ElemType::Q4_0,
+    ElemType::Q4_1,
+    ElemType::Q5_0,
+    ElemType::Q5_1,
+    ElemType::Q8_0,
+    ElemType::Q2K,
+    ElemType::Q3K,
+    ElemType::Q4K,
+    ElemType::Q5K,
+    ElemType::Q6K,
+    ElemType::IQ4NL,
+];
+
+/// Row lengths at several block multiples (and odd ones for the plain types).
+fn ks(ty: ElemType) -> &'static [i64] {
+    match ty.block_size() {
+        1 => &[16, 67, 256, 1000],
+        32 => &[32, 96, 544],
+        _ => &[256, 512, 1280],
+    }
+}
+
+/// A MUL_MAT case: weight `[k, m, b2, b3]`, activations `[k, n, b2*r2, b3*r3]`.
+fn mul_mat(ty: ElemType, m: i64, k: i64, n: i64, batch: [i64; 2], bcast: [i64; 2]) -> Case {
+    let mut name = format!("MUL_MAT(type={ty},m={m},k={k},n={n}");
+    if batch != [1, 1] || bcast != [1, 1] {
+        name += &format!(",b={}x{},bcast={}x{}", batch[0], batch[1], bcast[0], bcast[1]);
+    }
+    name.push(')');
+    let flops = 2.0 * (m * n * k * batch[0] * bcast[0] * batch[1] * bcast[1]) as f64;
+    Case::new(Op::MulMat, name, move |s: &mut Setup| {
+        let a = s.input(ty, &[k, m, batch[0], batch[1]])?;
+        let b = s.input(ElemType::F32, &[k, n, batch[0] * bcast[0], batch[1] * bcast[1]])?;
+        s.g.mul_mat(a, b)
+    })
+    .with_flops(flops)
+}
+
+/// src1 stored as `[k, batch, n]` and permuted to `[k, n, batch]` (rows stay contiguous).
+fn mul_mat_permuted(ty: ElemType, m: i64, k: i64, n: i64, batch: i64) -> Case {
+    let name = format!("MUL_MAT(type={ty},m={m},k={k},n={n},b={batch},src1=permuted)");
+    Case::new(Op::MulMat, name, move |s: &mut Setup| {
+        let a = s.input(ty, &[k, m, batch])?;
+        let b0 = s.input(ElemType::F32, &[k, batch, n])?;
+        let b = s.g.permute(b0, [0, 2, 1, 3])?;
+        s.g.mul_mat(a, b)
+    })
+}
+
+/// MUL_MAT_ID: experts `[k, m, n_expert]`, activations `[k, n_b, n_tokens]`, ids
+/// `[n_used, n_tokens]` (distinct experts per token).
+fn mul_mat_id(ty: ElemType, m: i64, k: i64, n_expert: i64, n_used: i64, n_tokens: i64, n_b: i64) -> Case {
+    let name =
+        format!("MUL_MAT_ID(type={ty},m={m},k={k},experts={n_expert},used={n_used},tokens={n_tokens},n_b={n_b})");
+    Case::new(Op::MulMatId, name, move |s: &mut Setup| {
+        let a = s.input(ty, &[k, m, n_expert])?;
+        let b = s.input(ElemType::F32, &[k, n_b, n_tokens])?;
+        let ids = s.input_with(ElemType::I32, &[n_used, n_tokens], Fill::DistinctIndex(n_expert))?;
+        s.g.mul_mat_id(a, b, ids)
+    })
+}
+
+pub fn cases(v: &mut Vec<Case>) {
+    for ty in WEIGHT_TYPES {
+        let k = ks(ty);
+        for &kk in k {
+            for n in [1, 2, 3, 4, 5, 6, 7, 8, 16] {
+                v.push(mul_mat(ty, 67, kk, n, [1, 1], [1, 1]));
+            }
+        }
+        // At least 16 outputs per case: NMSE over a handful of dot products is dominated by
+        // whichever one happens to land near zero.
+        for (m, n) in [(1, 16), (16, 1), (16, 5), (129, 1), (129, 5), (255, 2)] {
+            v.push(mul_mat(ty, m, k[1], n, [1, 1], [1, 1]));
+        }
+        for (batch, bcast) in [
+            ([2, 3], [1, 1]),
+            ([1, 1], [2, 1]),
+            ([2, 1], [2, 1]),
+            ([1, 2], [1, 2]),
+            ([2, 2], [3, 2]),
+        ] {
+            for n in [1, 4] {
+                v.push(mul_mat(ty, 33, k[0], n, batch, bcast));
+            }
+        }
+        for n in [1, 3, 8] {
+            v.push(mul_mat_permuted(ty, 19, k[0], n, 3));
+        }
+        let kid = if ty.block_size() == 1 { 64 } else { 256 };
+        for (n_expert, n_used, n_tokens, n_b) in [
+            (4, 2, 1, 1),
+            (4, 2, 1, 2),
+            (8, 2, 3, 1),
+            (8, 4, 5, 4),
+            (4, 4, 8, 4),
+            (16, 2, 16, 2),
+        ] {
+            v.push(mul_mat_id(ty, 33, kid, n_expert, n_used, n_tokens, n_b));
+        }
+    }
+}

@@ -1,0 +1,51 @@
+//! NORM and RMS_NORM: odd and model-sized rows, two epsilons, permuted input, in place.
+
+use super::{dims, Case, Setup};
+use tandem_graph::{ElemType, Op};
+
+fn norm(op: Op, ne: [i64; 4], eps: f32, permuted: bool, inplace: bool) -> Case {
+    let name = format!(
+        "{op}(ne={},eps={eps:e}{}{})",
+        dims(&ne),
+        if permuted { ",permuted" } else { "" },
+        if inplace { ",inplace" } else { "" }
+    );
+    Case::new(op, name, move |s: &mut Setup| {
+        let a = if permuted {
+            let a0 = s.input(ElemType::F32, &[ne[0], ne[2], ne[1], ne[3]])?;
+            s.g.permute(a0, [0, 2, 1, 3])?
+        } else {
+            s.input(ElemType::F32, &ne)?
+        };
+        let out = if op == Op::Norm {
+            s.g.norm(a, eps)
+        } else {
+            s.g.rms_norm(a, eps)
+        };
+        if inplace {
+            s.make_inplace(out, a);
+        }
+        Ok(out)
+    })
+}
+
+pub fn cases(v: &mut Vec<Case>) {
+    for op in [Op::Norm, Op::RmsNorm] {
+        for ne in [
+            [1, 3, 1, 1],
+            [7, 3, 1, 1],
+            [64, 5, 1, 1],
+            [67, 2, 3, 1],
+            [1000, 2, 1, 1],
+            [4096, 2, 1, 1],
+            [5120, 1, 1, 1],
+            [256, 3, 2, 2],
+        ] {
+            for eps in [1e-5, 1e-6] {
+                v.push(norm(op, ne, eps, false, false));
+            }
+        }
+        v.push(norm(op, [64, 5, 3, 1], 1e-6, true, false));
+        v.push(norm(op, [128, 4, 1, 1], 1e-6, false, true));
+    }
+}

@@ -1,0 +1,62 @@
+//! Command-line interface of `tandem`.
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tandem",
+    version,
+    about = "tandem: op tests, benchmarks and device information"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Runs every op case on a device and compares it with the scalar reference.
+    TestOps {
+        /// Device name (see `tandem info`); default: the best device.
+        #[arg(short = 'd', long)]
+        device: Option<String>,
+        /// Only these ops, comma-separated (ggml names, e.g. MUL_MAT,ROPE).
+        #[arg(short = 'o', long)]
+        ops: Option<String>,
+        /// Only cases whose name matches this regular expression.
+        #[arg(short = 'p', long)]
+        pattern: Option<String>,
+        /// Seed of the random inputs.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// Print every case, not only failures.
+        #[arg(short = 'v', long)]
+        verbose: bool,
+    },
+    /// Times model-sized op cases and compares them with the machine's read bandwidth.
+    PerfOps {
+        #[arg(short = 'd', long)]
+        device: Option<String>,
+        #[arg(short = 'o', long)]
+        ops: Option<String>,
+        #[arg(short = 'p', long)]
+        pattern: Option<String>,
+        /// Print one JSON document instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Timed runs per case (after warm-up).
+        #[arg(long, default_value_t = 20)]
+        reps: usize,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
+    /// Shows which op × type combinations the device claims.
+    Support {
+        #[arg(short = 'd', long)]
+        device: Option<String>,
+        #[arg(short = 'o', long)]
+        ops: Option<String>,
+    },
+    /// Devices, CPU features, threads, registrations and the environment settings in effect.
+    Info,
+}

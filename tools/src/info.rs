@@ -1,0 +1,67 @@
+//! `tandem info`: devices, CPU features, threads, dispatch registrations and the env config.
+
+use tandem_backend::{devices, Config, DeviceKind};
+
+pub fn info() {
+    let cfg = Config::get();
+    let devs = devices();
+    println!("devices: {}", devs.len());
+    if devs.is_empty() {
+        println!("  none (TANDEM_HOST_DEVICE=0 hides the host device and no GPU was found)");
+    }
+    for d in &devs {
+        let kind = match d.kind() {
+            DeviceKind::Gpu => "GPU",
+            DeviceKind::Accel => "ACCEL",
+        };
+        println!("  {} [{kind}] {}", d.name(), d.description());
+    }
+    let features = tandem_ops::simd::features().names();
+    println!(
+        "cpu features: {}",
+        if features.is_empty() {
+            "none (scalar code paths)".to_string()
+        } else {
+            features.join(" ")
+        }
+    );
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let threads = if cfg.threads == 0 { cores } else { cfg.threads };
+    println!("threads: {threads} CPU workers ({cores} available)");
+    println!("dispatch registrations: none (the host device runs every node on tandem's CPU code)");
+    println!("environment:");
+    let host = match cfg.host_device {
+        None => "unset (host device offered only when no GPU is found)".to_string(),
+        Some(true) => "1 (host device always offered)".to_string(),
+        Some(false) => "0 (host device hidden)".to_string(),
+    };
+    println!("  TANDEM_HOST_DEVICE      {host}");
+    println!(
+        "  TANDEM_THREADS          {}",
+        if cfg.threads == 0 {
+            "unset (one per core)".to_string()
+        } else {
+            cfg.threads.to_string()
+        }
+    );
+    println!(
+        "  TANDEM_DISABLE_DISPATCH {}",
+        if cfg.disable_dispatch.is_empty() {
+            "unset".to_string()
+        } else {
+            cfg.disable_dispatch.join(",")
+        }
+    );
+    println!("  TANDEM_LOG_DISPATCH     {}", on_off(cfg.log_dispatch));
+    println!("  TANDEM_STATS            {}", on_off(cfg.stats));
+    let scalar = std::env::var("TANDEM_CPU_SCALAR").is_ok_and(|v| v == "1");
+    println!("  TANDEM_CPU_SCALAR       {}", on_off(scalar));
+}
+
+fn on_off(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
+}
