@@ -132,7 +132,10 @@ mod tests {
 
     #[test]
     fn blocks_round_trip_through_bytes() {
-        let mut b = BlockQ8K { d: 1.5, ..Default::default() };
+        let mut b = BlockQ8K {
+            d: 1.5,
+            ..Default::default()
+        };
         b.qs[7] = -3;
         b.bsums[15] = -1234;
         let mut bytes = vec![0u8; size_of::<BlockQ8K>() + 3];

@@ -1,0 +1,271 @@
+//! Tiny random-weight models written as GGUF files through ggml's own `gguf` API, with a
+//! working SentencePiece-style vocabulary, for end-to-end runs of the real libllama.
+//!
+//! Weights are N(0, 0.02)-like with norms at 1, so activations stay in a sane range; the weight
+//! bytes come from tandem's own quantizers (byte-identical to ggml's).
+
+use half::f16;
+use llama_cpp_sys_2 as sys;
+use rand::{Rng, SeedableRng};
+use rand_pcg::Pcg64;
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use tandem_graph::ElemType;
+
+/// Which architecture to write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    /// Dense llama: GQA attention, SwiGLU FFN, normal RoPE.
+    Llama,
+    /// Qwen3 MoE: q/k norms, 8 experts with top-2 routing, neox RoPE.
+    Qwen3Moe,
+}
+
+impl Arch {
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Qwen3Moe => "qwen3moe",
+        }
+    }
+}
+
+/// Shape of a tiny model.
+#[derive(Clone, Copy, Debug)]
+pub struct TinyConfig {
+    pub arch: Arch,
+    /// Type of the 2-D weight matrices (f16, q8_0 or q4_0); norms stay f32.
+    pub weight_type: ElemType,
+    pub n_layer: u32,
+    pub n_embd: u32,
+    pub n_head: u32,
+    pub n_head_kv: u32,
+    pub n_ff: u32,
+    pub n_expert: u32,
+    pub n_expert_used: u32,
+    pub n_ctx: u32,
+    pub seed: u64,
+}
+
+impl TinyConfig {
+    pub fn new(arch: Arch, weight_type: ElemType) -> TinyConfig {
+        TinyConfig {
+            arch,
+            weight_type,
+            n_layer: 2,
+            n_embd: 128,
+            n_head: 4,
+            n_head_kv: 2,
+            n_ff: 256,
+            n_expert: if arch == Arch::Qwen3Moe { 8 } else { 0 },
+            n_expert_used: if arch == Arch::Qwen3Moe { 2 } else { 0 },
+            n_ctx: 256,
+            seed: 0x7a4d_e11a,
+        }
+    }
+}
+
+/// The vocabulary: `<unk>`, `<s>`, `</s>`, the 256 byte-fallback tokens, then word pieces.
+pub fn vocab() -> Vec<(String, f32, i32)> {
+    // Token types as llama.cpp numbers them: 1 normal, 2 unknown, 3 control, 6 byte.
+    let mut v = vec![
+        ("<unk>".to_string(), 0.0, 2),
+        ("<s>".to_string(), 0.0, 3),
+        ("</s>".to_string(), 0.0, 3),
+    ];
+    for b in 0..=255u32 {
+        v.push((format!("<0x{b:02X}>"), 0.0, 6));
+    }
+    let pieces = [
+        "▁", "e", "t", "a", "o", "i", "n", "s", "h", "r", "d", "l", "u", "c", "m", "w", "f", "g", "y", "p", "b", "▁t",
+        "▁a", "he", "in", "er", "an", "re", "on", "▁the", "▁s", "▁w", "or", "en", "▁h", "▁o", "▁c", "▁hello", "▁world",
+        "ll", "lo", "▁b", "at", "it", "es", "ou", "▁f", "▁m", "▁d", "▁p", "ing", "▁in", "▁of", "▁and", "▁to", "ed",
+    ];
+    for (i, p) in pieces.iter().enumerate() {
+        // Longer merges score higher, as SentencePiece models do.
+        v.push((p.to_string(), -(i as f32) + p.chars().count() as f32 * 10.0, 1));
+    }
+    v
+}
+
+fn key(arch: Arch, k: &str) -> CString {
+    CString::new(format!("{}.{k}", arch.name())).unwrap()
+}
+
+fn c(s: &str) -> CString {
+    CString::new(s).unwrap()
+}
+
+struct Writer {
+    gguf: *mut sys::gguf_context,
+    ctx: *mut sys::ggml_context,
+    rng: Pcg64,
+}
+
+impl Writer {
+    /// Adds tensor `name` of `ty` and shape `ne` with values `f(rng)`.
+    fn tensor(&mut self, name: &str, ty: ElemType, ne: &[i64], mut f: impl FnMut(&mut Pcg64) -> f32) {
+        let n: i64 = ne.iter().product();
+        let vals: Vec<f32> = (0..n).map(|_| f(&mut self.rng)).collect();
+        let row = ne[0] as usize;
+        let row_bytes = ty.row_size(ne[0]).expect("whole blocks");
+        let mut bytes = vec![0u8; row_bytes * (n as usize / row)];
+        for (src, dst) in vals.chunks(row).zip(bytes.chunks_mut(row_bytes)) {
+            match ty {
+                ElemType::F32 => dst.copy_from_slice(&src.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<_>>()),
+                ElemType::F16 => dst.copy_from_slice(
+                    &src.iter()
+                        .flat_map(|x| f16::from_f32(*x).to_le_bytes())
+                        .collect::<Vec<_>>(),
+                ),
+                _ => tandem_ops::quant::quantize_row(ty, src, dst).expect("quantizing a tiny-model weight"),
+            }
+        }
+        let name_c = c(name);
+        // SAFETY: ctx is a live ggml context with room for the tensor header (no_alloc); the
+        // tensor's data pointer is set to `bytes`, which gguf copies in gguf_add_tensor.
+        unsafe {
+            let t = match ne.len() {
+                1 => sys::ggml_new_tensor_1d(self.ctx, ty.ggml_id(), ne[0]),
+                2 => sys::ggml_new_tensor_2d(self.ctx, ty.ggml_id(), ne[0], ne[1]),
+                _ => sys::ggml_new_tensor_3d(self.ctx, ty.ggml_id(), ne[0], ne[1], ne[2]),
+            };
+            sys::ggml_set_name(t, name_c.as_ptr());
+            sys::gguf_add_tensor(self.gguf, t);
+            sys::gguf_set_tensor_data(self.gguf, name_c.as_ptr(), bytes.as_ptr() as *const _);
+            // gguf keeps the pointer until the file is written: keep the bytes alive.
+            std::mem::forget(bytes);
+        }
+    }
+
+    fn weight(&mut self, name: &str, ty: ElemType, ne: &[i64]) {
+        let scale = 1.0 / (ne[0] as f32).sqrt();
+        self.tensor(name, ty, ne, |r| (r.random::<f32>() * 2.0 - 1.0) * scale * 0.8);
+    }
+
+    fn norm(&mut self, name: &str, n: i64) {
+        self.tensor(name, ElemType::F32, &[n], |r| 1.0 + (r.random::<f32>() - 0.5) * 0.2);
+    }
+}
+
+/// Writes the model described by `cfg` into `dir` and returns its path.
+pub fn write_model(dir: &Path, cfg: &TinyConfig) -> PathBuf {
+    let path = dir.join(format!("tiny-{}-{}.gguf", cfg.arch.name(), cfg.weight_type.name()));
+    let a = cfg.arch;
+    let wt = cfg.weight_type;
+    let voc = vocab();
+    let n_vocab = voc.len() as i64;
+    let (e, h, hkv, ff) = (
+        cfg.n_embd as i64,
+        cfg.n_head as i64,
+        cfg.n_head_kv as i64,
+        cfg.n_ff as i64,
+    );
+    let head_dim = e / h;
+    // SAFETY: plain calls into ggml's gguf/ggml API with valid, NUL-terminated strings and
+    // pointers that outlive each call; the contexts are freed at the end.
+    unsafe {
+        let gguf = sys::gguf_init_empty();
+        sys::gguf_set_val_str(gguf, c("general.architecture").as_ptr(), c(a.name()).as_ptr());
+        sys::gguf_set_val_str(gguf, c("general.name").as_ptr(), c("tandem tiny test model").as_ptr());
+        sys::gguf_set_val_u32(gguf, key(a, "context_length").as_ptr(), cfg.n_ctx);
+        sys::gguf_set_val_u32(gguf, key(a, "embedding_length").as_ptr(), cfg.n_embd);
+        sys::gguf_set_val_u32(gguf, key(a, "block_count").as_ptr(), cfg.n_layer);
+        sys::gguf_set_val_u32(gguf, key(a, "feed_forward_length").as_ptr(), cfg.n_ff);
+        sys::gguf_set_val_u32(gguf, key(a, "attention.head_count").as_ptr(), cfg.n_head);
+        sys::gguf_set_val_u32(gguf, key(a, "attention.head_count_kv").as_ptr(), cfg.n_head_kv);
+        sys::gguf_set_val_u32(gguf, key(a, "rope.dimension_count").as_ptr(), head_dim as u32);
+        sys::gguf_set_val_f32(gguf, key(a, "rope.freq_base").as_ptr(), 10000.0);
+        sys::gguf_set_val_f32(gguf, key(a, "attention.layer_norm_rms_epsilon").as_ptr(), 1e-5);
+        sys::gguf_set_val_u32(gguf, key(a, "vocab_size").as_ptr(), n_vocab as u32);
+        if a == Arch::Qwen3Moe {
+            sys::gguf_set_val_u32(gguf, key(a, "expert_count").as_ptr(), cfg.n_expert);
+            sys::gguf_set_val_u32(gguf, key(a, "expert_used_count").as_ptr(), cfg.n_expert_used);
+            sys::gguf_set_val_u32(gguf, key(a, "expert_feed_forward_length").as_ptr(), cfg.n_ff);
+            sys::gguf_set_val_u32(gguf, key(a, "attention.key_length").as_ptr(), head_dim as u32);
+            sys::gguf_set_val_u32(gguf, key(a, "attention.value_length").as_ptr(), head_dim as u32);
+        }
+        sys::gguf_set_val_str(gguf, c("tokenizer.ggml.model").as_ptr(), c("llama").as_ptr());
+        let toks: Vec<CString> = voc.iter().map(|(t, _, _)| c(t)).collect();
+        let tok_ptrs: Vec<*const std::os::raw::c_char> = toks.iter().map(|t| t.as_ptr()).collect();
+        sys::gguf_set_arr_str(
+            gguf,
+            c("tokenizer.ggml.tokens").as_ptr(),
+            tok_ptrs.as_ptr() as *mut _,
+            toks.len(),
+        );
+        let scores: Vec<f32> = voc.iter().map(|v| v.1).collect();
+        sys::gguf_set_arr_data(
+            gguf,
+            c("tokenizer.ggml.scores").as_ptr(),
+            sys::GGUF_TYPE_FLOAT32,
+            scores.as_ptr() as *const _,
+            scores.len(),
+        );
+        let types: Vec<i32> = voc.iter().map(|v| v.2).collect();
+        sys::gguf_set_arr_data(
+            gguf,
+            c("tokenizer.ggml.token_type").as_ptr(),
+            sys::GGUF_TYPE_INT32,
+            types.as_ptr() as *const _,
+            types.len(),
+        );
+        sys::gguf_set_val_u32(gguf, c("tokenizer.ggml.bos_token_id").as_ptr(), 1);
+        sys::gguf_set_val_u32(gguf, c("tokenizer.ggml.eos_token_id").as_ptr(), 2);
+        sys::gguf_set_val_u32(gguf, c("tokenizer.ggml.unknown_token_id").as_ptr(), 0);
+        sys::gguf_set_val_bool(gguf, c("tokenizer.ggml.add_bos_token").as_ptr(), true);
+
+        let params = sys::ggml_init_params {
+            mem_size: 4 << 20,
+            mem_buffer: std::ptr::null_mut(),
+            no_alloc: true,
+        };
+        let ctx = sys::ggml_init(params);
+        let mut w = Writer {
+            gguf,
+            ctx,
+            rng: Pcg64::seed_from_u64(cfg.seed ^ wt.ggml_id() as u64),
+        };
+        // The embedding is read by GET_ROWS; keep it f16 for q4_0 models as llama.cpp's converters do.
+        w.weight(
+            "token_embd.weight",
+            if wt == ElemType::Q4_0 { ElemType::F16 } else { wt },
+            &[e, n_vocab],
+        );
+        w.norm("output_norm.weight", e);
+        w.weight("output.weight", wt, &[e, n_vocab]);
+        for l in 0..cfg.n_layer {
+            let b = |n: &str| format!("blk.{l}.{n}.weight");
+            w.norm(&b("attn_norm"), e);
+            w.weight(&b("attn_q"), wt, &[e, head_dim * h]);
+            w.weight(&b("attn_k"), wt, &[e, head_dim * hkv]);
+            w.weight(&b("attn_v"), wt, &[e, head_dim * hkv]);
+            w.weight(&b("attn_output"), wt, &[head_dim * h, e]);
+            w.norm(&b("ffn_norm"), e);
+            match a {
+                Arch::Llama => {
+                    w.weight(&b("ffn_gate"), wt, &[e, ff]);
+                    w.weight(&b("ffn_up"), wt, &[e, ff]);
+                    w.weight(&b("ffn_down"), wt, &[ff, e]);
+                }
+                Arch::Qwen3Moe => {
+                    let ne = cfg.n_expert as i64;
+                    w.norm(&b("attn_q_norm"), head_dim);
+                    w.norm(&b("attn_k_norm"), head_dim);
+                    w.tensor(&b("ffn_gate_inp"), ElemType::F32, &[e, ne], |r| {
+                        (r.random::<f32>() * 2.0 - 1.0) * 0.3
+                    });
+                    w.weight(&b("ffn_gate_exps"), wt, &[e, ff, ne]);
+                    w.weight(&b("ffn_up_exps"), wt, &[e, ff, ne]);
+                    w.weight(&b("ffn_down_exps"), wt, &[ff, e, ne]);
+                }
+            }
+        }
+        let path_c = c(path.to_str().expect("utf-8 temp path"));
+        let ok = sys::gguf_write_to_file(gguf, path_c.as_ptr(), false);
+        sys::gguf_free(gguf);
+        sys::ggml_free(ctx);
+        assert!(ok, "writing {}", path.display());
+    }
+    path
+}
