@@ -6,23 +6,10 @@ use tandem_graph::op::SortOrder;
 use tandem_graph::params::RopeParams;
 use tandem_graph::{ElemType, GluOp, GraphError, Op, TensorId, UnaryOp};
 
-const COLUMNS: [ElemType; 15] = [
-    ElemType::F32,
-    ElemType::F16,
-    ElemType::BF16,
-    ElemType::Q4_0,
-    ElemType::Q4_1,
-    ElemType::Q5_0,
-    ElemType::Q5_1,
-    ElemType::Q8_0,
-    ElemType::Q2K,
-    ElemType::Q3K,
-    ElemType::Q4K,
-    ElemType::Q5K,
-    ElemType::Q6K,
-    ElemType::IQ4NL,
-    ElemType::I32,
-];
+/// Columns of the support table: every matmul weight type, then i32 (GET_ROWS).
+fn columns() -> impl Iterator<Item = ElemType> {
+    tandem_ops::vecdot::WEIGHT_TYPES.into_iter().chain([ElemType::I32])
+}
 
 type RowFn = Box<dyn Fn(&mut Setup, ElemType) -> Result<TensorId, GraphError>>;
 
@@ -183,13 +170,13 @@ pub fn support(dev: &Device, ops: &[Op]) -> bool {
     );
     let width = rows.iter().map(|r| r.label.len()).max().unwrap_or(0);
     let mut header = format!("{:<width$}", "");
-    for c in COLUMNS {
+    for c in columns() {
         header += &format!(" {:>6}", c.name());
     }
     println!("{header}");
     for r in &rows {
         let mut line = format!("{:<width$}", r.label);
-        for ty in COLUMNS {
+        for ty in columns() {
             line += &format!(" {:>6}", cell(dev, r, ty));
         }
         println!("{line}");

@@ -4,23 +4,8 @@
 use super::{Case, Fill, Setup};
 use tandem_graph::{ElemType, Op};
 
-/// Every weight type the matmul cases cover.
-pub const WEIGHT_TYPES: [ElemType; 14] = [
-    ElemType::F32,
-    ElemType::F16,
-    ElemType::BF16,
-    ElemType::Q4_0,
-    ElemType::Q4_1,
-    ElemType::Q5_0,
-    ElemType::Q5_1,
-    ElemType::Q8_0,
-    ElemType::Q2K,
-    ElemType::Q3K,
-    ElemType::Q4K,
-    ElemType::Q5K,
-    ElemType::Q6K,
-    ElemType::IQ4NL,
-];
+/// The matmul cases cover every weight type that has a dot kernel.
+use tandem_ops::vecdot::WEIGHT_TYPES;
 
 /// Row lengths at several block multiples (and odd ones for the plain types).
 fn ks(ty: ElemType) -> &'static [i64] {
