@@ -2,7 +2,8 @@
 //!
 //! A matmul converts each activation row (a column of src1) once into [`vec_dot_type`] of the
 //! weight type with [`quantize_activation`], then takes one [`DotFn`] per (weight row, column).
-//! Every weight type has a scalar kernel; on x86-64 with AVX2+FMA+F16C an AVX2 kernel replaces it.
+//! Every weight type has a scalar kernel; on x86-64 with AVX2+FMA+F16C an AVX2 kernel replaces it,
+//! and with AVX-512F/BW too an AVX-512 kernel (its VNNI variant where present) for the hot types.
 //! The choice is made once per process ([`dot_fn`]), so the hot loop is an indirect call per row.
 
 mod act;
@@ -10,6 +11,8 @@ mod act;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx2_kquant;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 mod scalar;
 mod scalar_kquant;
 
@@ -87,8 +90,38 @@ pub fn scalar_dot_fn(ty: ElemType) -> Option<DotFn> {
     Some(f)
 }
 
-/// The AVX2 kernel of weight type `ty`, if this CPU can run it.
+/// The AVX-512 kernel of weight type `ty` (the `vpdpbusd` variant when `vnni`, for the types
+/// that have one), if there is one and this CPU can run it.
+pub fn avx512_dot_fn(ty: ElemType, vnni: bool) -> Option<DotFn> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let f = crate::simd::features();
+        if !(f.has_avx2_fma() && f.avx512f && f.avx512bw) || (vnni && !f.avx512vnni) {
+            return None;
+        }
+        let k: DotFn = match (ty, vnni) {
+            (ElemType::F16, false) => avx512::dot_f16,
+            (ElemType::Q8_0, false) => avx512::dot_q8_0,
+            (ElemType::Q4_0, false) => avx512::dot_q4_0,
+            (ElemType::Q8_0, true) => avx512::dot_q8_0_vnni,
+            (ElemType::Q4_0, true) => avx512::dot_q4_0_vnni,
+            _ => return None,
+        };
+        Some(k)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (ty, vnni);
+        None
+    }
+}
+
+/// The fastest SIMD kernel of weight type `ty` this CPU can run: AVX-512 (VNNI first) where
+/// there is one, else AVX2.
 pub fn simd_dot_fn(ty: ElemType) -> Option<DotFn> {
+    if let Some(f) = avx512_dot_fn(ty, true).or_else(|| avx512_dot_fn(ty, false)) {
+        return Some(f);
+    }
     #[cfg(target_arch = "x86_64")]
     {
         if crate::simd::features().has_avx2_fma() {

@@ -123,3 +123,164 @@ fn bad_sizes_are_errors() {
     assert!(quantize_activation(ElemType::Q8_0, &[0.0; 31], &mut [0u8; 34]).is_err());
     assert!(quantize_activation(ElemType::Q4_0, &[0.0; 32], &mut [0u8; 18]).is_err());
 }
+
+/// f16 bit patterns at the edges of the format: largest finite, smallest subnormal, smallest
+/// normal, zeros, and one.
+const EXTREME_F16: [u16; 9] = [0x7BFF, 0xFBFF, 0x0001, 0x8001, 0x0400, 0x0000, 0x8000, 0x3C00, 0xBC00];
+
+/// Replaces about half of the f16 values at byte offsets `o + k * stride` with extreme ones.
+fn make_extreme(rng: &mut Pcg64, row: &mut [u8], o: usize, stride: usize) {
+    use rand::Rng;
+    for b in row.chunks_exact_mut(stride) {
+        if rng.random_bool(0.5) {
+            let v = EXTREME_F16[rng.random_range(0..EXTREME_F16.len())];
+            b[o..o + 2].copy_from_slice(&v.to_le_bytes());
+        }
+    }
+}
+
+/// Σ |w_i a_i| of a row pair of weight type `ty` (f16, q8_0 or q4_0), the scale of the rounding
+/// error a reordered sum may have.
+fn abs_dot(ty: ElemType, n: usize, w: &[u8], a: &[u8]) -> f64 {
+    let h = |b: &[u8]| scalar::f16_at(b).abs() as f64;
+    match ty {
+        ElemType::F16 => (0..n).map(|i| h(&w[2 * i..]) * h(&a[2 * i..])).sum(),
+        _ => {
+            let wb = ty.type_size();
+            (0..n / 32)
+                .map(|k| {
+                    let (wq, aq) = (&w[k * wb..(k + 1) * wb], &a[k * 34..(k + 1) * 34]);
+                    let q = |j: usize| -> f64 {
+                        if ty == ElemType::Q8_0 {
+                            wq[2 + j] as i8 as f64
+                        } else {
+                            let b = wq[2 + j % 16];
+                            (if j < 16 { b & 0xF } else { b >> 4 }) as f64 - 8.0
+                        }
+                    };
+                    let s: f64 = (0..32).map(|j| (q(j) * aq[2 + j] as i8 as f64).abs()).sum();
+                    h(wq) * h(aq) * s
+                })
+                .sum()
+        }
+    }
+}
+
+/// Compares the AVX-512 kernels of `ty` (plain and VNNI) with the scalar one on random rows,
+/// also with extreme scales; prints a SKIP line for each variant this CPU cannot run.
+fn avx512_matches_scalar(ty: ElemType) {
+    let f = crate::simd::features();
+    if !(f.avx512f && f.avx512bw && f.has_avx2_fma()) {
+        eprintln!("SKIP avx512: {ty}: this CPU lacks avx512f/avx512bw (or avx2/fma/f16c), or TANDEM_CPU_SCALAR=1");
+        return;
+    }
+    let mut rng = Pcg64::seed_from_u64(23);
+    let counts: &[usize] = if ty.is_float() {
+        &[1, 15, 16, 17, 63, 64, 65, 100, 257, 1000]
+    } else {
+        &[1, 2, 3, 4, 5, 6, 7, 17, 33, 64]
+    };
+    // Only the block kernels have a VNNI variant.
+    let variants: &[bool] = if ty.is_float() { &[false] } else { &[false, true] };
+    for &vnni in variants {
+        let Some(kernel) = avx512_dot_fn(ty, vnni) else {
+            assert!(vnni, "{ty}: no AVX-512 kernel although the CPU has the features");
+            eprintln!("SKIP avx512: {ty} vnni: this CPU lacks avx512vnni");
+            continue;
+        };
+        let mut checked = 0;
+        for &blocks in counts {
+            for round in 0..6 {
+                let (n, mut w, _, mut a) = rows(&mut rng, ty, blocks);
+                if round >= 3 {
+                    if ty == ElemType::F16 {
+                        make_extreme(&mut rng, &mut w, 0, 2);
+                        make_extreme(&mut rng, &mut a, 0, 2);
+                    } else {
+                        make_extreme(&mut rng, &mut w, 0, ty.type_size());
+                        make_extreme(&mut rng, &mut a, 0, 34);
+                    }
+                }
+                let s = vec_dot_scalar(ty, n, &w, &a).unwrap();
+                // SAFETY: rows() made both rows exactly n elements long; the CPU has the
+                // features (avx512_dot_fn checked them).
+                let v = unsafe { kernel(n, w.as_ptr(), a.as_ptr()) };
+                let mag = abs_dot(ty, n, &w, &a);
+                assert!(
+                    ((s - v).abs() as f64) <= 1e-5 * mag + 1e-30,
+                    "{ty} vnni={vnni} n={n}: scalar {s} avx512 {v} (Σ|terms| {mag})"
+                );
+                checked += 1;
+            }
+        }
+        eprintln!("avx512 {ty} vnni={vnni}: {checked} rows match scalar");
+    }
+}
+
+#[test]
+fn avx512_q8_0_matches_scalar() {
+    avx512_matches_scalar(ElemType::Q8_0);
+}
+
+#[test]
+fn avx512_q4_0_matches_scalar() {
+    avx512_matches_scalar(ElemType::Q4_0);
+}
+
+#[test]
+fn avx512_f16_matches_scalar() {
+    avx512_matches_scalar(ElemType::F16);
+}
+
+#[test]
+fn avx512_is_preferred_when_present() {
+    let f = crate::simd::features();
+    if !(f.avx512f && f.avx512bw && f.has_avx2_fma()) {
+        eprintln!("SKIP avx512: this CPU lacks avx512f/avx512bw (or avx2/fma/f16c), or TANDEM_CPU_SCALAR=1");
+        assert!(avx512_dot_fn(ElemType::Q8_0, false).is_none() && avx512_dot_fn(ElemType::Q8_0, true).is_none());
+        return;
+    }
+    for ty in [ElemType::F16, ElemType::Q8_0, ElemType::Q4_0] {
+        let want = avx512_dot_fn(ty, true).or_else(|| avx512_dot_fn(ty, false));
+        assert!(want.is_some(), "{ty}");
+        assert_eq!(dot_fn(ty).map(|k| k as usize), want.map(|k| k as usize), "{ty}");
+    }
+    assert_eq!(avx512_dot_fn(ElemType::Q6K, false).map(|k| k as usize), None);
+}
+
+/// Throughput of the AVX2 and AVX-512 kernels on one 4096-element row pair that stays in L1
+/// (`cargo test -p tandem-ops --lib avx512_speed -- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn avx512_speed() {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let mut rng = Pcg64::seed_from_u64(5);
+        for ty in [ElemType::F16, ElemType::Q8_0, ElemType::Q4_0] {
+            let (n, w, _, a) = rows(&mut rng, ty, 4096 / ty.block_size().max(vec_dot_type(ty).block_size()));
+            let mut kernels: Vec<(&str, DotFn)> = Vec::new();
+            if crate::simd::features().has_avx2_fma() {
+                let k: DotFn = match ty {
+                    ElemType::F16 => super::avx2::dot_f16,
+                    ElemType::Q8_0 => super::avx2::dot_q8_0,
+                    _ => super::avx2::dot_q4_0,
+                };
+                kernels.push(("avx2", k));
+            }
+            kernels.extend(avx512_dot_fn(ty, false).map(|k| ("avx512", k)));
+            kernels.extend(avx512_dot_fn(ty, true).map(|k| ("avx512vnni", k)));
+            for (name, k) in kernels {
+                let reps = 20_000;
+                let t = std::time::Instant::now();
+                let mut sink = 0.0f32;
+                for _ in 0..reps {
+                    // SAFETY: rows() made both rows n elements long; the kernel was chosen for
+                    // this CPU's features.
+                    sink += unsafe { k(n, std::hint::black_box(w.as_ptr()), a.as_ptr()) };
+                }
+                let ns = t.elapsed().as_nanos() as f64 / reps as f64;
+                eprintln!("{ty} {name}: {ns:.0} ns per 4096-element dot ({sink:e})");
+            }
+        }
+    }
+}
