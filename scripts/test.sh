@@ -43,8 +43,11 @@ done
 step "cargo fmt --all -- --check"
 cargo fmt --all -- --check
 
+# clippy gets a target dir of its own: under clippy's wrapper llama-cpp-sys-2's build script
+# runs under a different hash, and a second run in the same target dir fails on the library
+# links the first one left ("File exists").
 step "cargo clippy --workspace --all-targets -- -D warnings"
-cargo clippy --workspace --all-targets -- -D warnings
+cargo clippy --workspace --all-targets --target-dir target/clippy -- -D warnings
 
 step "kernel compile check (NVRTC sm_90, clang-19 gfx1100/gfx1151/gfx1201)"
 CHECK_KERNELS_INSTALL=1 bash scripts/check-kernels.sh
