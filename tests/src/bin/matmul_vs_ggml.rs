@@ -2,7 +2,7 @@
 //! same thread count, one process, plus the machine's streaming read bandwidth measured in the
 //! same run (the ceiling a memory-bound GEMV can reach).
 //!
-//! `matmul_vs_ggml [--threads N] [--runs R] [--k K] [--m M] [--types f16,q8_0,...] [--json]`
+//! `matmul_vs_ggml [--threads N] [--runs R] [--k K] [--m M] [--n N] [--types f16,q8_0,...] [--json]`
 
 use llama_cpp_sys_2 as g;
 use rand::{Rng, SeedableRng};
@@ -16,6 +16,8 @@ struct Args {
     runs: usize,
     k: usize,
     m: usize,
+    /// Columns of src1 (1 = decode).
+    n: usize,
     types: Vec<ElemType>,
     json: bool,
 }
@@ -26,6 +28,7 @@ fn parse_args() -> Result<Args, String> {
         runs: 30,
         k: 4096,
         m: 14336,
+        n: 1,
         types: vec![
             ElemType::F16,
             ElemType::Q8_0,
@@ -44,6 +47,7 @@ fn parse_args() -> Result<Args, String> {
             "--runs" => a.runs = num(value()?)?,
             "--k" => a.k = num(value()?)?,
             "--m" => a.m = num(value()?)?,
+            "--n" => a.n = num(value()?)?,
             "--types" => {
                 a.types = value()?
                     .split(',')
@@ -145,7 +149,15 @@ struct GgmlMulMat {
 }
 
 impl GgmlMulMat {
-    fn new(ty: ElemType, k: usize, m: usize, weights: &[u8], x: &[f32], threads: usize) -> Result<GgmlMulMat, String> {
+    fn new(
+        ty: ElemType,
+        k: usize,
+        m: usize,
+        n: usize,
+        weights: &[u8],
+        x: &[f32],
+        threads: usize,
+    ) -> Result<GgmlMulMat, String> {
         // SAFETY: plain ggml API use: a no-alloc context holding three tensor headers and a graph,
         // tensors allocated in a CPU backend buffer, data copied in with matching sizes.
         unsafe {
@@ -159,7 +171,7 @@ impl GgmlMulMat {
                 return Err("ggml_init failed".into());
             }
             let a = g::ggml_new_tensor_2d(ctx, ty.ggml_id(), k as i64, m as i64);
-            let b = g::ggml_new_tensor_2d(ctx, ElemType::F32.ggml_id(), k as i64, 1);
+            let b = g::ggml_new_tensor_2d(ctx, ElemType::F32.ggml_id(), k as i64, n as i64);
             let out = g::ggml_mul_mat(ctx, a, b);
             let graph = g::ggml_new_graph(ctx);
             g::ggml_build_forward_expand(graph, out);
@@ -230,22 +242,22 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let (k, m) = (args.k, args.m);
+    let (k, m, n) = (args.k, args.m, args.n);
     let bandwidth = read_bandwidth(args.threads);
     let mut rng = rand_pcg::Pcg64::seed_from_u64(42);
     let w: Vec<f32> = (0..k * m).map(|_| rng.random_range(-1.0f32..1.0)).collect();
-    let x: Vec<f32> = (0..k).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+    let x: Vec<f32> = (0..k * n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
     let ctx = CpuContext::new(args.threads);
     let mut rows = Vec::new();
     for &ty in &args.types {
         let weights = ggml_quantize(ty, &w, k, m);
-        // tandem: the same bytes, one column, through the CPU fallback's entry point.
+        // tandem: the same bytes and columns, through the CPU fallback's entry point.
         let mut a = Tensor::new(ty, &[k as i64, m as i64]);
         a.data = weights.as_ptr() as usize;
-        let mut b = Tensor::new(ElemType::F32, &[k as i64, 1]);
+        let mut b = Tensor::new(ElemType::F32, &[k as i64, n as i64]);
         b.data = x.as_ptr() as usize;
-        let mut out = vec![0f32; m];
-        let mut dst = Tensor::new(ElemType::F32, &[m as i64, 1]);
+        let mut out = vec![0f32; m * n];
+        let mut dst = Tensor::new(ElemType::F32, &[m as i64, n as i64]);
         dst.op = Op::MulMat;
         dst.data = out.as_mut_ptr() as usize;
         let mut srcs = [None; MAX_SRC];
@@ -256,12 +268,12 @@ fn main() {
         let tandem_s = time_median(args.runs, run);
         let ours = out.clone();
         std::thread::sleep(std::time::Duration::from_millis(200));
-        let peer = GgmlMulMat::new(ty, k, m, &weights, &x, args.threads).unwrap_or_else(|e| {
+        let peer = GgmlMulMat::new(ty, k, m, n, &weights, &x, args.threads).unwrap_or_else(|e| {
             eprintln!("matmul_vs_ggml: {e}");
             std::process::exit(1);
         });
         let ggml_s = time_median(args.runs, || peer.compute());
-        let theirs = peer.result(m);
+        let theirs = peer.result(m * n);
         drop(peer);
         std::thread::sleep(std::time::Duration::from_millis(200));
         let err: f64 = ours
@@ -297,14 +309,14 @@ fn main() {
             })
             .collect();
         println!(
-            "{{\"k\":{k},\"m\":{m},\"n\":1,\"threads\":{},\"runs\":{},\"read_bandwidth_gbs\":{bandwidth:.2},\"results\":[{}]}}",
+            "{{\"k\":{k},\"m\":{m},\"n\":{n},\"threads\":{},\"runs\":{},\"read_bandwidth_gbs\":{bandwidth:.2},\"results\":[{}]}}",
             args.threads,
             args.runs,
             items.join(",")
         );
     } else {
         println!(
-            "MUL_MAT k={k} m={m} n=1, {} threads, median of {} runs; streaming read bandwidth {bandwidth:.1} GB/s",
+            "MUL_MAT k={k} m={m} n={n}, {} threads, median of {} runs; streaming read bandwidth {bandwidth:.1} GB/s",
             args.threads, args.runs
         );
         println!(
