@@ -40,6 +40,15 @@ pub(crate) fn check_with(dst: &Tensor, srcs: &Srcs, weight_ok: impl Fn(ElemType)
         "src1 must be f32 or f16",
     )?;
     fail(dst.ty == ElemType::F32, "dst must be f32")?;
+    // ggml 0.26.0 keeps a hint in MUL_MAT's op_params[1]; 1 (GGML_HINT_SRC0_IS_HADAMARD) makes its CPU
+    // backend compute a Walsh-Hadamard transform instead of the product. Decline any hint rather
+    // than compute something else.
+    if dst.op == Op::MulMat {
+        let hint = dst.param_i32(1);
+        ensure(hint == 0, dst, srcs, || {
+            format!("MUL_MAT hint {hint} (op_params[1]) is not supported")
+        })?;
+    }
     fail(
         [src0, src1, dst].iter().all(|t| t.ne.iter().all(|&n| n >= 0)),
         "negative extent",
@@ -626,5 +635,10 @@ mod tests {
         assert!(check(&did, &srcs(&[&experts, &xb, &fids])).is_err());
         let ids = Tensor::new(ElemType::I32, &[2, 5]);
         assert!(check(&did, &srcs(&[&experts, &xb, &ids])).is_ok());
+        // A ggml hint that changes what MUL_MAT computes is declined, not ignored.
+        let mut hinted = dst.clone();
+        hinted.set_param_i32(1, 1);
+        let e = check(&hinted, &srcs(&[&w, &x])).unwrap_err();
+        assert!(e.reason.contains("hint 1"), "{}", e.reason);
     }
 }
