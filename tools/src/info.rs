@@ -1,4 +1,5 @@
-//! `tandem info`: devices, CPU features, threads, dispatch registrations and the env config.
+//! `tandem info`: devices, the GPU runtimes looked for and found, CPU features, threads, dispatch
+//! registrations and the env config.
 
 use tandem_backend::{devices, Config, DeviceKind};
 
@@ -16,6 +17,8 @@ pub fn info() {
         };
         println!("  {} [{kind}] {}", d.name(), d.description());
     }
+    // GPUs are probed here but not yet offered as devices (placement comes next).
+    println!("{}", tandem_backend::gpu::report());
     let features = tandem_ops::simd::features().names();
     println!(
         "cpu features: {}",
