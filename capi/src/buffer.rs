@@ -349,17 +349,9 @@ pub unsafe fn set_2d(
     let Some(dst) = (unsafe { host_span("set_tensor", buffer, tensor, offset, extent) }) else {
         return;
     };
-    for i in 0..n_copies {
-        // SAFETY: row i lies inside the checked span on our side and inside `data` per the
-        // contract; host data and tensor memory do not overlap.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                (data as *const u8).add(i * stride_data),
-                dst.add(i * stride_tensor),
-                size,
-            )
-        };
-    }
+    // SAFETY: every row lies inside the checked span on our side and inside `data` per the
+    // contract; host data and tensor memory do not overlap.
+    unsafe { copy_rows(data as *const u8, stride_data, dst, stride_tensor, size, n_copies) };
 }
 
 /// Copies `n_copies` rows of `size` bytes of the tensor out to host memory.
@@ -383,11 +375,18 @@ pub unsafe fn get_2d(
     let Some(src) = (unsafe { host_span("get_tensor", buffer, tensor, offset, extent) }) else {
         return;
     };
-    for i in 0..n_copies {
-        // SAFETY: as set_2d, in the other direction.
-        unsafe {
-            std::ptr::copy_nonoverlapping(src.add(i * stride_tensor), (data as *mut u8).add(i * stride_data), size)
-        };
+    // SAFETY: as set_2d, in the other direction.
+    unsafe { copy_rows(src, stride_tensor, data as *mut u8, stride_data, size, n_copies) };
+}
+
+/// Copies `n` rows of `size` bytes, `src_stride` and `dst_stride` apart.
+///
+/// # Safety
+/// Both sides hold `n` rows of `size` bytes at those strides and do not overlap.
+unsafe fn copy_rows(src: *const u8, src_stride: usize, dst: *mut u8, dst_stride: usize, size: usize, n: usize) {
+    for i in 0..n {
+        // SAFETY: per the contract.
+        unsafe { std::ptr::copy_nonoverlapping(src.add(i * src_stride), dst.add(i * dst_stride), size) };
     }
 }
 
