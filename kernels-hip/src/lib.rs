@@ -6,6 +6,13 @@
 pub const HEADER_NAME: &str = "tandem_hip.h";
 pub const HEADER: &str = include_str!("tandem_hip.h");
 
+/// Every header a kernel may include, by include name: handed to the run-time compilers in
+/// memory (the offline AMD check finds them beside the sources).
+pub const HEADERS: &[(&str, &str)] = &[
+    (HEADER_NAME, HEADER),
+    ("tandem_quant.h", include_str!("tandem_quant.h")),
+];
+
 /// One kernel source file and the entry points it defines.
 #[derive(Clone, Copy, Debug)]
 pub struct KernelSource {
@@ -20,28 +27,17 @@ pub struct KernelSource {
     pub options: &'static [&'static str],
 }
 
-/// Elementwise f32: binary ops with broadcasting, scale, silu.
-pub const ELEMENTWISE: KernelSource = KernelSource {
-    family: "elementwise",
-    file: "elementwise.hip",
-    source: include_str!("elementwise.hip"),
-    entries: &[
-        "tandem_add_f32",
-        "tandem_sub_f32",
-        "tandem_mul_f32",
-        "tandem_div_f32",
-        "tandem_scale_f32",
-        "tandem_silu_f32",
-    ],
-    options: &[],
-};
+mod fam;
 
-/// Every kernel source tandem ships.
-pub const CATALOG: &[KernelSource] = &[ELEMENTWISE];
+/// Every kernel source tandem ships, in a fixed order (one entry per `*.hip` family).
+pub fn catalog() -> &'static [KernelSource] {
+    static ALL: std::sync::OnceLock<Vec<KernelSource>> = std::sync::OnceLock::new();
+    ALL.get_or_init(|| fam::PARTS.iter().flat_map(|p| p.iter().copied()).collect())
+}
 
 /// The catalog entry of `family`.
 pub fn find(family: &str) -> Option<&'static KernelSource> {
-    CATALOG.iter().find(|k| k.family == family)
+    catalog().iter().find(|k| k.family == family)
 }
 
 #[cfg(test)]
@@ -50,7 +46,7 @@ mod tests {
 
     #[test]
     fn every_entry_is_defined_in_its_source() {
-        for k in CATALOG {
+        for k in catalog() {
             assert!(k.source.contains(&format!("#include \"{HEADER_NAME}\"")), "{}", k.file);
             for e in k.entries {
                 let def = format!("{e}(");
@@ -58,7 +54,7 @@ mod tests {
                 assert_eq!(k.source.matches(&def).count(), 1, "{e} defined twice in {}", k.file);
             }
         }
-        let mut names: Vec<_> = CATALOG.iter().flat_map(|k| k.entries.iter()).collect();
+        let mut names: Vec<_> = catalog().iter().flat_map(|k| k.entries.iter()).collect();
         let n = names.len();
         names.sort();
         names.dedup();

@@ -74,6 +74,24 @@ TANDEM_DEVICE u16 tandem_f32_to_bf16(float f) {
     return (u16)(u >> 16);
 }
 
+// IEEE binary16 stored as its bits (block scales, f16 tensors): conversions on both vendors.
+TANDEM_DEVICE float tandem_f16_to_f32(u16 b) {
+#if defined(TANDEM_NVIDIA)
+    __half h;
+    h.x = b;
+    return __half2float(h);
+#else
+    return __half2float(__ushort_as_half(b));
+#endif
+}
+TANDEM_DEVICE u16 tandem_f32_to_f16(float f) {
+#if defined(TANDEM_NVIDIA)
+    return __float2half(f).x;
+#else
+    return __half_as_ushort(__float2half(f));
+#endif
+}
+
 // Sum over one wave, for any wave size; every lane gets the total.
 TANDEM_DEVICE float tandem_wave_sum(float v) {
     for (int offset = warpSize / 2; offset > 0; offset >>= 1) {

@@ -5,7 +5,7 @@
 use super::api::{CompileError, KernelCompiler};
 use super::kernels::options_for;
 use std::time::{Duration, Instant};
-use tandem_kernels_hip::{CATALOG, HEADER, HEADER_NAME};
+use tandem_kernels_hip::{catalog, HEADERS};
 
 #[derive(Clone, Debug)]
 pub struct CheckResult {
@@ -19,30 +19,28 @@ pub struct CheckResult {
 
 /// Compiles every catalog family for `arch` and checks each entry point's name is in the output.
 pub fn compile_catalog(compiler: &dyn KernelCompiler, arch: &str) -> Vec<CheckResult> {
-    CATALOG
+    catalog()
         .iter()
         .map(|k| {
             let t0 = Instant::now();
             let options = options_for(compiler, k, arch);
-            let result = compiler
-                .compile(k.file, k.source, &[(HEADER_NAME, HEADER)], &options)
-                .and_then(|code| {
-                    let missing: Vec<&str> = k
-                        .entries
-                        .iter()
-                        .copied()
-                        .filter(|e| !contains(&code, e.as_bytes()))
-                        .collect();
-                    if missing.is_empty() {
-                        Ok(code.len())
-                    } else {
-                        Err(CompileError {
-                            program: k.file.to_string(),
-                            message: format!("entry points missing from the code object: {}", missing.join(", ")),
-                            log: String::new(),
-                        })
-                    }
-                });
+            let result = compiler.compile(k.file, k.source, HEADERS, &options).and_then(|code| {
+                let missing: Vec<&str> = k
+                    .entries
+                    .iter()
+                    .copied()
+                    .filter(|e| !contains(&code, e.as_bytes()))
+                    .collect();
+                if missing.is_empty() {
+                    Ok(code.len())
+                } else {
+                    Err(CompileError {
+                        program: k.file.to_string(),
+                        message: format!("entry points missing from the code object: {}", missing.join(", ")),
+                        log: String::new(),
+                    })
+                }
+            });
             CheckResult {
                 family: k.family,
                 file: k.file,
@@ -89,7 +87,7 @@ mod tests {
         };
         let arch = std::env::var("TANDEM_CHECK_NVIDIA_ARCH").unwrap_or_else(|_| "sm_90".into());
         let results = compile_catalog(&c, &arch);
-        assert_eq!(results.len(), CATALOG.len());
+        assert_eq!(results.len(), catalog().len());
         let mut failed = 0;
         for r in &results {
             match &r.result {
@@ -116,7 +114,7 @@ mod tests {
         };
         let src = "#include \"tandem_hip.h\"\nextern \"C\" __global__ void k(float* p) { p[0] = undeclared_name; }\n";
         let err = c
-            .compile("broken.hip", src, &[(HEADER_NAME, HEADER)], &c.arch_options("sm_90"))
+            .compile("broken.hip", src, HEADERS, &c.arch_options("sm_90"))
             .unwrap_err();
         let text = err.to_string();
         assert!(text.contains("kernel broken.hip failed to compile"), "{text}");
@@ -141,12 +139,7 @@ extern "C" __global__ void tandem_header_selftest(const __half* h, const u16* b,
             return;
         };
         let code = c
-            .compile(
-                "selftest.hip",
-                HEADER_SELFTEST,
-                &[(HEADER_NAME, HEADER)],
-                &c.arch_options("sm_90"),
-            )
+            .compile("selftest.hip", HEADER_SELFTEST, HEADERS, &c.arch_options("sm_90"))
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(contains(&code, b"tandem_header_selftest"));
     }
@@ -161,13 +154,8 @@ extern "C" __global__ void tandem_header_selftest(const __half* h, const u16* b,
         };
         let (c, report) = RtcCompiler::load(RuntimeKind::Hip);
         let c = c.unwrap_or_else(|| panic!("{}", report.summary()));
-        c.compile(
-            "selftest.hip",
-            HEADER_SELFTEST,
-            &[(HEADER_NAME, HEADER)],
-            &c.arch_options(&arch),
-        )
-        .unwrap_or_else(|e| panic!("{arch}: {e}"));
+        c.compile("selftest.hip", HEADER_SELFTEST, HEADERS, &c.arch_options(&arch))
+            .unwrap_or_else(|e| panic!("{arch}: {e}"));
         for r in compile_catalog(&c, &arch) {
             match &r.result {
                 Ok(bytes) => eprintln!(

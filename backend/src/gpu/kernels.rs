@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tandem_kernels_hip::{KernelSource, CATALOG, HEADER, HEADER_NAME};
+use tandem_kernels_hip::{catalog, KernelSource, HEADERS};
 
 #[derive(Clone, Debug)]
 pub enum KernelError {
@@ -50,18 +50,17 @@ pub fn build(
 ) -> Result<(Arc<Vec<u8>>, Origin), JitError> {
     let options = options_for(compiler, k, arch);
     let id = compiler.id();
-    let headers = [(HEADER_NAME, HEADER)];
     let req = CompileRequest {
         name: k.family,
         source: k.source,
-        headers: &headers,
+        headers: HEADERS,
         options: &options,
         arch,
         compiler: &id,
     };
     cache.get_or_compile(&req, || {
         compiler
-            .compile(k.file, k.source, &headers, &options)
+            .compile(k.file, k.source, HEADERS, &options)
             .map_err(|e| CompileError {
                 program: format!("{} ({})", k.family, k.file),
                 ..e
@@ -131,7 +130,7 @@ impl Kernels {
 
     /// Loads every catalog family (`tandem kernels --build`); one result per family.
     pub fn build_all(&self) -> Vec<(&'static str, Result<(), KernelError>)> {
-        CATALOG
+        catalog()
             .iter()
             .map(|k| (k.family, self.module(k.family).map(|_| ())))
             .collect()

@@ -13,7 +13,9 @@ pub mod hip;
 pub mod jit;
 pub mod kernels;
 pub(crate) mod loader;
+pub mod ops;
 pub mod probe;
+pub mod registry;
 pub mod rtc;
 pub mod safe;
 

@@ -1,0 +1,3 @@
+use crate::gpu::registry::Registration;
+
+pub const REGISTRATIONS: &[Registration] = &[];

@@ -1,0 +1,197 @@
+//! The dispatch registry: named registrations, each an op, a predicate over the node (types,
+//! shapes, strides, params) and a launcher. The planner gives a node to the first enabled
+//! registration whose predicate accepts it; everything else runs on the CPU fallback.
+//!
+//! A registration may fuse the node that follows (e.g. RMS_NORM then MUL): the planner offers the
+//! next node only when it is the sole consumer of this node's result and that result is not a
+//! graph output, so the fused kernel may skip writing it.
+
+use super::api::{DeviceInfo, DevicePtr, GpuError};
+use super::kernels::{KernelError, Kernels};
+use super::safe::{Context, DeviceBuffer, Stream};
+use crate::config::Config;
+use std::sync::{Arc, Mutex};
+use tandem_graph::{Op, Tensor};
+use tandem_ops::Srcs;
+
+/// One node as predicates and launchers see it. Inside a launcher every `data` is a device
+/// address (device memory or mapped pinned host memory); predicates must not look at `data`.
+#[derive(Clone, Copy)]
+pub struct Node<'a> {
+    pub dst: &'a Tensor,
+    pub srcs: Srcs<'a>,
+}
+
+impl<'a> Node<'a> {
+    pub fn src(&self, i: usize) -> Option<&'a Tensor> {
+        self.srcs.get(i).copied().flatten()
+    }
+}
+
+/// The device address of a tensor's first byte (launchers only).
+pub fn dptr(t: &Tensor) -> DevicePtr {
+    DevicePtr(t.data as u64)
+}
+
+/// What a launcher may use: the device's kernels, the stream to queue on, what the device is,
+/// and scratch memory.
+pub struct LaunchCtx<'a> {
+    pub kernels: &'a Kernels,
+    pub stream: &'a Stream,
+    pub info: &'a DeviceInfo,
+    pub scratch: &'a Scratch,
+}
+
+/// Predicate: whether the registration runs `node` (with `next` fused, for fusing
+/// registrations; `next` is always `None` for the others). Declines with early returns.
+pub type Accepts = fn(node: &Node<'_>, next: Option<&Node<'_>>) -> bool;
+
+/// Launcher: queues the kernel(s) for `node` (and `next` when fused) on `ctx.stream`.
+///
+/// # Safety
+/// The predicate accepted the node; every tensor's `data` is a device address covering the
+/// tensor's bytes, valid until the stream has run the work.
+pub type Launch = unsafe fn(ctx: &LaunchCtx<'_>, node: &Node<'_>, next: Option<&Node<'_>>) -> Result<(), KernelError>;
+
+pub struct Registration {
+    /// `hip.<op>[_<variant>]`, e.g. `hip.rms_norm_mul_f32`.
+    pub name: &'static str,
+    pub op: Op,
+    /// The op of the following node this registration absorbs, if it fuses.
+    pub fuses: Option<Op>,
+    pub accepts: Accepts,
+    pub launch: Launch,
+}
+
+impl std::fmt::Debug for Registration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.name)
+    }
+}
+
+/// Every registration tandem has, in priority order (fusing ones before plain ones of an op).
+pub fn all() -> Vec<&'static Registration> {
+    let mut v: Vec<&'static Registration> = super::ops::PARTS.iter().flat_map(|p| p.iter()).collect();
+    // Stable: within one op, fusing registrations are tried first.
+    v.sort_by_key(|r| r.fuses.is_none());
+    v
+}
+
+/// The registrations of one device with `TANDEM_DISABLE_DISPATCH` applied.
+pub struct Registry {
+    regs: Vec<&'static Registration>,
+    enabled: Vec<bool>,
+    logged: Vec<std::sync::atomic::AtomicBool>,
+}
+
+impl Registry {
+    pub fn new(cfg: &Config) -> Registry {
+        Registry::with(all(), cfg)
+    }
+
+    pub fn with(regs: Vec<&'static Registration>, cfg: &Config) -> Registry {
+        let enabled = regs.iter().map(|r| !cfg.is_disabled(r.name)).collect();
+        let logged = regs.iter().map(|_| Default::default()).collect();
+        Registry { regs, enabled, logged }
+    }
+
+    pub fn get(&self, index: usize) -> &'static Registration {
+        self.regs[index]
+    }
+
+    pub fn len(&self) -> usize {
+        self.regs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.regs.is_empty()
+    }
+
+    /// (registration, enabled) pairs, for `tandem support` and docs.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static Registration, bool)> + '_ {
+        self.regs.iter().copied().zip(self.enabled.iter().copied())
+    }
+
+    /// The first enabled registration accepting `node` (fused with `next` when offered and a
+    /// fusing registration takes it): its index and whether it fused.
+    pub fn choose(&self, node: &Node<'_>, next: Option<&Node<'_>>) -> Option<(usize, bool)> {
+        let op = node.dst.op;
+        for (i, r) in self.regs.iter().enumerate() {
+            if r.op != op || !self.enabled[i] {
+                continue;
+            }
+            match (r.fuses, next) {
+                (Some(f), Some(n)) if n.dst.op == f => {
+                    if (r.accepts)(node, Some(n)) {
+                        return Some((i, true));
+                    }
+                }
+                (Some(_), _) => {}
+                (None, _) => {
+                    if (r.accepts)(node, None) {
+                        return Some((i, false));
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// Prints the registration's name the first time it is chosen (`TANDEM_LOG_DISPATCH=1`).
+    pub fn log_first_use(&self, index: usize) {
+        use std::sync::atomic::Ordering;
+        if !self.logged[index].swap(true, Ordering::Relaxed) {
+            eprintln!("tandem: dispatch {}", self.regs[index].name);
+        }
+    }
+}
+
+/// Device scratch memory for launchers (e.g. a quantized copy of an activation). One region at a
+/// time: a launcher's region is valid for the work it queues, because the stream runs the next
+/// launcher's work after it. Growing keeps the old buffer until [`Scratch::release_retired`].
+pub struct Scratch {
+    ctx: Arc<Context>,
+    inner: Mutex<ScratchInner>,
+}
+
+#[derive(Default)]
+struct ScratchInner {
+    current: Option<DeviceBuffer>,
+    retired: Vec<DeviceBuffer>,
+}
+
+impl Scratch {
+    pub fn new(ctx: Arc<Context>) -> Scratch {
+        Scratch {
+            ctx,
+            inner: Mutex::new(ScratchInner::default()),
+        }
+    }
+
+    /// At least `bytes` bytes of device memory, 256-byte aligned.
+    pub fn get(&self, bytes: usize) -> Result<DevicePtr, KernelError> {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(b) = &g.current {
+            if b.len() >= bytes {
+                return Ok(b.ptr());
+            }
+        }
+        let size = bytes.next_power_of_two().max(1 << 20);
+        let buf = self.ctx.alloc(size).map_err(KernelError::Gpu)?;
+        let ptr = buf.ptr();
+        if let Some(old) = g.current.replace(buf) {
+            g.retired.push(old);
+        }
+        Ok(ptr)
+    }
+
+    /// Frees buffers replaced by growth; call when the stream is idle.
+    pub fn release_retired(&self) {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).retired.clear();
+    }
+}
+
+/// A launcher's error for a node its predicate should have declined.
+pub fn launch_error(call: &'static str, message: impl Into<String>) -> KernelError {
+    KernelError::Gpu(GpuError::other(call, message))
+}

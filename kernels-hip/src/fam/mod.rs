@@ -1,0 +1,17 @@
+//! One module per kernel family group; each lists its `KernelSource`s.
+
+use crate::KernelSource;
+
+mod convert;
+mod elementwise;
+mod matmul;
+mod rope;
+mod rows;
+
+pub(crate) const PARTS: &[&[KernelSource]] = &[
+    elementwise::FAMILIES,
+    rope::FAMILIES,
+    rows::FAMILIES,
+    convert::FAMILIES,
+    matmul::FAMILIES,
+];

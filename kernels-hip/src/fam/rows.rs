@@ -1,0 +1,3 @@
+use crate::KernelSource;
+
+pub(crate) const FAMILIES: &[KernelSource] = &[];
