@@ -32,11 +32,16 @@ pub fn check_plan(g: &Graph, plan: &Plan) -> Result<(), ExecError> {
 /// Every tensor of `g` has `data` pointing at `nbytes()` bytes of host memory that stay valid
 /// and unaliased by other writers for the duration of the call.
 pub unsafe fn run_host(ctx: &CpuContext, g: &Graph, plan: &Plan, stats: &mut GraphStats) -> Result<(), ExecError> {
+    let timed = crate::stats::node_timing();
     for (index, step) in plan.steps.iter().enumerate() {
         match step.placement {
             Placement::Noop => stats.noop_nodes += 1,
             Placement::Cpu => {
+                let t0 = timed.then(std::time::Instant::now);
                 run_cpu_node(ctx, g, step.node).map_err(|source| ExecError::Op { index, source })?;
+                if let Some(t0) = t0 {
+                    stats.kernel_ns += t0.elapsed().as_nanos() as u64;
+                }
                 stats.cpu_fallback_nodes += 1;
             }
             Placement::Gpu(_) => {

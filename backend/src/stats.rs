@@ -1,5 +1,7 @@
 //! Per-graph statistics (`TANDEM_STATS=1`).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GraphStats {
     pub nodes: usize,
@@ -11,6 +13,9 @@ pub struct GraphStats {
     pub plan_us: u64,
     pub launch_us: u64,
     pub wall_us: u64,
+    /// Nanoseconds spent inside the CPU nodes' kernels (their check, work and pool fork/join),
+    /// summed; measured only while [`node_timing`] is on, else 0.
+    pub kernel_ns: u64,
 }
 
 impl std::fmt::Display for GraphStats {
@@ -27,6 +32,43 @@ impl std::fmt::Display for GraphStats {
             if self.plan_cached { " (cached)" } else { "" },
             self.launch_us,
             self.wall_us
-        )
+        )?;
+        if self.kernel_ns > 0 {
+            write!(f, " kernel_us={}", self.kernel_ns / 1000)?;
+        }
+        Ok(())
+    }
+}
+
+static NODE_TIMING: AtomicBool = AtomicBool::new(false);
+
+/// Turns per-node kernel timing on or off for every device of the process (benchmarks do, to
+/// split a graph's wall time into kernel time and tandem's own overhead).
+pub fn set_node_timing(on: bool) {
+    NODE_TIMING.store(on, Ordering::Relaxed);
+}
+
+/// Whether executors time each CPU node: on while [`set_node_timing`] says so or under
+/// `TANDEM_STATS=1`. Off by default: it adds two clock reads per node.
+pub fn node_timing() -> bool {
+    NODE_TIMING.load(Ordering::Relaxed) || crate::config::Config::get().stats
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_shows_kernel_time_only_when_measured() {
+        let mut s = GraphStats {
+            nodes: 3,
+            plan_cached: true,
+            ..Default::default()
+        };
+        let line = s.to_string();
+        assert!(line.contains("nodes=3") && line.contains("(cached)"), "{line}");
+        assert!(!line.contains("kernel_us"), "{line}");
+        s.kernel_ns = 12_345;
+        assert!(s.to_string().ends_with(" kernel_us=12"), "{s}");
     }
 }

@@ -1,6 +1,9 @@
-//! Buffer types and buffers of the host device: 64-byte aligned host memory (owned, or borrowed
-//! from the host for memory-mapped weights), created through the host's own
-//! `ggml_backend_buffer_init` so ggml owns and frees the `ggml_backend_buffer` struct itself.
+//! Buffer types and buffers, created through the host's own `ggml_backend_buffer_init` so ggml
+//! owns and frees the `ggml_backend_buffer` struct itself:
+//! - the host device's: 64-byte aligned host memory (owned, or borrowed from the host for
+//!   memory-mapped weights);
+//! - a GPU device's: device memory (`TANDEM<n>`), and pinned host memory mapped into the device
+//!   (`TANDEM<n>_Host`, its host buffer type: kernels read it over the bus, the CPU directly).
 //!
 //! Every byte access checks that the span lies inside the buffer before touching memory; ggml
 //! checks against the tensor's size, this checks against the allocation.
@@ -13,13 +16,29 @@ use crate::log;
 use crate::registry;
 use std::ffi::{c_char, c_void, CString};
 use std::ptr::null_mut;
+use std::sync::Arc;
 use tandem_backend::buffer::HOST_ALIGN;
+use tandem_backend::gpu::{DeviceAlloc, DevicePtr, GpuDevice, PinnedAlloc};
 use tandem_backend::{Device, HostBuffer};
 use tandem_graph::Graph;
 
-/// Context of a buffer type (one per device).
+/// Alignment of GPU device and pinned buffers (wide loads and ggml's padding both fit).
+const GPU_ALIGN: usize = 256;
+
+/// What a buffer type allocates.
+pub enum BuftKind {
+    /// Host memory of the host device.
+    Host,
+    /// Device memory of a GPU device.
+    Gpu(Arc<Device>),
+    /// Pinned host memory mapped into a GPU device.
+    Pinned(Arc<Device>),
+}
+
+/// Context of a buffer type.
 pub struct BufferTypeCtx {
     pub name: CString,
+    pub kind: BuftKind,
 }
 
 enum Memory {
@@ -29,6 +48,11 @@ enum Memory {
         base: usize,
         len: usize,
     },
+    Gpu {
+        alloc: DeviceAlloc,
+        device: Arc<Device>,
+    },
+    Pinned(PinnedAlloc),
 }
 
 /// Context of one buffer.
@@ -41,6 +65,8 @@ impl BufferCtx {
         match &self.mem {
             Memory::Owned(b) => b.addr(),
             Memory::Borrowed { base, .. } => *base,
+            Memory::Gpu { alloc, .. } => alloc.ptr().0 as usize,
+            Memory::Pinned(p) => p.host_ptr() as usize,
         }
     }
 
@@ -48,6 +74,19 @@ impl BufferCtx {
         match &self.mem {
             Memory::Owned(b) => b.len(),
             Memory::Borrowed { len, .. } => *len,
+            Memory::Gpu { alloc, .. } => alloc.len(),
+            Memory::Pinned(p) => p.len(),
+        }
+    }
+
+    /// The GPU device whose memory this is, for device-memory buffers.
+    fn gpu(&self) -> Option<&GpuDevice> {
+        match &self.mem {
+            Memory::Gpu { device, .. } => match &**device {
+                Device::Gpu(g) => Some(g),
+                Device::Host(_) => None,
+            },
+            _ => None,
         }
     }
 
@@ -58,10 +97,16 @@ impl BufferCtx {
     }
 }
 
-/// Makes the (process-lifetime) buffer type of `device`.
-pub fn new_buffer_type(cdev: *mut CDevice, device: &Device) -> *mut BufferType {
+/// Makes a (process-lifetime) buffer type of `cdev`: `TANDEM_HOST`, `TANDEM<n>` or
+/// `TANDEM<n>_Host`, as `kind` says.
+pub fn new_buffer_type(cdev: *mut CDevice, device: &Device, kind: BuftKind) -> *mut BufferType {
+    let name = match kind {
+        BuftKind::Pinned(_) => format!("{}_Host", device.name()),
+        _ => device.name().to_string(),
+    };
     let ctx = Box::new(BufferTypeCtx {
-        name: CString::new(device.name()).unwrap_or_default(),
+        name: CString::new(name).unwrap_or_default(),
+        kind,
     });
     Box::into_raw(Box::new(BufferType {
         iface: BUFFER_TYPE_IFACE,
@@ -147,28 +192,56 @@ unsafe extern "C" fn buft_get_name(buft: *mut BufferType) -> *const c_char {
 }
 
 unsafe extern "C" fn buft_alloc_buffer(buft: *mut BufferType, size: usize) -> *mut Buffer {
-    guard("alloc_buffer", null_mut(), || match HostBuffer::new(size) {
-        Ok(mem) => {
-            let ctx = BufferCtx {
-                mem: Memory::Owned(mem),
-            };
-            // SAFETY: ggml calls this with one of tandem's buffer types.
-            unsafe { wrap(buft, ctx, size) }
+    guard("alloc_buffer", null_mut(), || {
+        // SAFETY: ggml calls this with one of tandem's buffer types.
+        let bctx = unsafe { buft_ctx(buft) };
+        fn gpu(d: &Arc<Device>) -> Result<&GpuDevice, String> {
+            match &**d {
+                Device::Gpu(g) => Ok(g),
+                Device::Host(_) => Err("not a GPU device".to_string()),
+            }
         }
-        Err(e) => {
-            log::error(&format!("alloc_buffer: {e}"));
-            null_mut()
+        let mem = match &bctx.kind {
+            BuftKind::Host => HostBuffer::new(size).map(Memory::Owned),
+            BuftKind::Gpu(d) => gpu(d).and_then(|g| {
+                g.alloc(size).map_err(|e| e.to_string()).map(|alloc| Memory::Gpu {
+                    alloc,
+                    device: d.clone(),
+                })
+            }),
+            BuftKind::Pinned(d) => {
+                gpu(d).and_then(|g| g.alloc_pinned(size).map_err(|e| e.to_string()).map(Memory::Pinned))
+            }
+        };
+        match mem {
+            // SAFETY: as above.
+            Ok(mem) => unsafe { wrap(buft, BufferCtx { mem }, size) },
+            Err(e) => {
+                log::error(&format!(
+                    "alloc_buffer: {} bytes of {}: {e}",
+                    size,
+                    bctx.name.to_string_lossy()
+                ));
+                null_mut()
+            }
         }
     })
 }
 
-unsafe extern "C" fn buft_get_alignment(_buft: *mut BufferType) -> usize {
-    HOST_ALIGN
+unsafe extern "C" fn buft_get_alignment(buft: *mut BufferType) -> usize {
+    // SAFETY: ggml calls this with one of tandem's buffer types.
+    guard("get_alignment", HOST_ALIGN, || match unsafe { buft_ctx(buft) }.kind {
+        BuftKind::Host => HOST_ALIGN,
+        BuftKind::Gpu(_) | BuftKind::Pinned(_) => GPU_ALIGN,
+    })
 }
 
-unsafe extern "C" fn buft_is_host(_buft: *mut BufferType) -> bool {
-    // The host device's buffers are plain host memory in ggml's layout.
-    true
+unsafe extern "C" fn buft_is_host(buft: *mut BufferType) -> bool {
+    // Host-device and pinned buffers are host memory in ggml's layout; device memory is not.
+    // SAFETY: ggml calls this with one of tandem's buffer types.
+    guard("is_host", false, || {
+        !matches!(unsafe { buft_ctx(buft) }.kind, BuftKind::Gpu(_))
+    })
 }
 
 unsafe extern "C" fn buffer_free(buffer: *mut Buffer) {
@@ -223,6 +296,14 @@ unsafe extern "C" fn buffer_memset_tensor(
     guard("memset_tensor", (), || {
         // SAFETY: ggml passes a live buffer and tensor.
         if let Some(p) = unsafe { tensor_span("memset_tensor", buffer, tensor, offset, size) } {
+            // SAFETY: as above.
+            if let Some(g) = unsafe { buf_ctx(buffer) }.gpu() {
+                // SAFETY: the span lies inside the buffer's device allocation.
+                if let Err(e) = unsafe { g.memset(DevicePtr(p as u64), value, size) } {
+                    log::error(&format!("memset_tensor: {e}"));
+                }
+                return;
+            }
             // SAFETY: the span was checked to lie inside the buffer.
             unsafe { std::ptr::write_bytes(p, value, size) };
         }
@@ -295,9 +376,9 @@ fn span_2d(size: usize, n_copies: usize, stride: usize) -> Option<usize> {
     (n_copies - 1).checked_mul(stride)?.checked_add(size)
 }
 
-/// The tensor's bytes `offset..offset+size` in host memory: bounds-checked against the
-/// allocation for tandem's buffers, trusted (ggml checked the tensor's size) for other host
-/// buffers, refused for device memory.
+/// The tensor's bytes `offset..offset+size`: bounds-checked against the allocation for tandem's
+/// buffers (a device address for a GPU device-memory buffer: see [`gpu_of`]), trusted (ggml
+/// checked the tensor's size) for other host buffers, refused for other device memory.
 ///
 /// # Safety
 /// `buffer` is the live buffer holding the live `tensor`.
@@ -349,9 +430,75 @@ pub unsafe fn set_2d(
     let Some(dst) = (unsafe { host_span("set_tensor", buffer, tensor, offset, extent) }) else {
         return;
     };
+    // SAFETY: per the contract.
+    if let Some(g) = unsafe { gpu_of(buffer) } {
+        // SAFETY: every row lies inside the checked device span and inside `data`.
+        unsafe {
+            device_rows(
+                g,
+                true,
+                data as *mut u8,
+                stride_data,
+                dst,
+                stride_tensor,
+                size,
+                n_copies,
+            )
+        };
+        return;
+    }
     // SAFETY: every row lies inside the checked span on our side and inside `data` per the
     // contract; host data and tensor memory do not overlap.
     unsafe { copy_rows(data as *const u8, stride_data, dst, stride_tensor, size, n_copies) };
+}
+
+/// The GPU device of a tandem device-memory buffer.
+///
+/// # Safety
+/// `buffer` is live.
+unsafe fn gpu_of<'a>(buffer: *mut Buffer) -> Option<&'a GpuDevice> {
+    // SAFETY: per the contract; only tandem's buffers have a BufferCtx.
+    unsafe {
+        registry::is_our_buft((*buffer).buft)
+            .then(|| buf_ctx(buffer).gpu())
+            .flatten()
+    }
+}
+
+/// Copies `n` rows of `size` bytes between host memory (`host`, `host_stride` apart) and device
+/// memory (`dev`, `dev_stride` apart); `to_device` says which way. One copy when both sides are
+/// contiguous.
+///
+/// # Safety
+/// Both sides hold the rows; `dev` is device memory of `g`.
+unsafe fn device_rows(
+    g: &GpuDevice,
+    to_device: bool,
+    host: *mut u8,
+    host_stride: usize,
+    dev: *mut u8,
+    dev_stride: usize,
+    size: usize,
+    n: usize,
+) {
+    let contiguous = n <= 1 || (host_stride == size && dev_stride == size);
+    let (rows, len) = if contiguous { (n.min(1), size * n) } else { (n, size) };
+    for i in 0..rows {
+        let d = DevicePtr(dev as u64 + (i * dev_stride) as u64);
+        // SAFETY: per the contract, row i lies inside both sides.
+        let r = unsafe {
+            let h = host.add(i * host_stride);
+            if to_device {
+                g.write(d, std::slice::from_raw_parts(h, len))
+            } else {
+                g.read(d, std::slice::from_raw_parts_mut(h, len))
+            }
+        };
+        if let Err(e) = r {
+            log::error(&format!("{} tensor: {e}", if to_device { "set" } else { "get" }));
+            return;
+        }
+    }
 }
 
 /// Copies `n_copies` rows of `size` bytes of the tensor out to host memory.
@@ -375,6 +522,23 @@ pub unsafe fn get_2d(
     let Some(src) = (unsafe { host_span("get_tensor", buffer, tensor, offset, extent) }) else {
         return;
     };
+    // SAFETY: per the contract.
+    if let Some(g) = unsafe { gpu_of(buffer) } {
+        // SAFETY: every row lies inside the checked device span and inside `data`.
+        unsafe {
+            device_rows(
+                g,
+                false,
+                data as *mut u8,
+                stride_data,
+                src,
+                stride_tensor,
+                size,
+                n_copies,
+            )
+        };
+        return;
+    }
     // SAFETY: as set_2d, in the other direction.
     unsafe { copy_rows(src, stride_tensor, data as *mut u8, stride_data, size, n_copies) };
 }
@@ -401,10 +565,37 @@ unsafe extern "C" fn buffer_cpy_tensor(buffer: *mut Buffer, src: *const GgmlTens
             } else {
                 (*s.view_src).buffer
             };
-            if sbuf.is_null() || !(h.buffer_is_host)(sbuf) {
+            if sbuf.is_null() {
                 return false;
             }
-            copy_host_tensor(buffer, src, dst, (h.nbytes)(src))
+            let n = (h.nbytes)(src);
+            match (gpu_of(sbuf), gpu_of(buffer)) {
+                (None, None) if (h.buffer_is_host)(sbuf) => copy_host_tensor(buffer, src, dst, n),
+                (None, Some(_)) if (h.buffer_is_host)(sbuf) => {
+                    set_2d(buffer, dst, s.data as *const c_void, 0, n, 1, 0, 0);
+                    true
+                }
+                (Some(_), None) => {
+                    get_2d(sbuf, src, (*dst).data, 0, n, 1, 0, 0);
+                    true
+                }
+                (Some(a), Some(b)) if std::ptr::eq(a, b) => {
+                    let (Some(sp), Some(dp)) = (
+                        tensor_span("cpy_tensor", sbuf, src, 0, n),
+                        tensor_span("cpy_tensor", buffer, dst, 0, n),
+                    ) else {
+                        return false;
+                    };
+                    match b.copy(DevicePtr(dp as u64), DevicePtr(sp as u64), n) {
+                        Ok(()) => true,
+                        Err(e) => {
+                            log::error(&format!("cpy_tensor: {e}"));
+                            false
+                        }
+                    }
+                }
+                _ => false,
+            }
         }
     })
 }
@@ -434,8 +625,8 @@ pub unsafe fn copy_host_tensor(
 }
 
 /// Checks that every allocated tensor of `g` lives in host memory (the host device computes
-/// there), naming the first that does not.
-pub fn check_host_memory(h: &HostApi, g: &Graph) -> Result<(), String> {
+/// there) or, for a GPU device, in that device's own memory; names the first that does not.
+pub fn check_host_memory(h: &HostApi, g: &Graph, gpu: Option<&GpuDevice>) -> Result<(), String> {
     let mut seen: Vec<u64> = Vec::new();
     for t in &g.tensors {
         if t.buffer == 0 || t.data == 0 || seen.contains(&t.buffer) {
@@ -443,9 +634,15 @@ pub fn check_host_memory(h: &HostApi, g: &Graph) -> Result<(), String> {
         }
         let buf = t.buffer as usize as *mut Buffer;
         // SAFETY: `buffer` was read from a live ggml tensor of the graph being computed.
-        let ok = registry::is_our_buft(unsafe { (*buf).buft }) || unsafe { (h.buffer_is_host)(buf) };
+        // SAFETY: as above.
+        let ok = unsafe { (h.buffer_is_host)(buf) }
+            || gpu.is_some_and(|g| unsafe { gpu_of(buf) }.is_some_and(|b| std::ptr::eq(b, g)));
         if !ok {
-            return Err(format!("tensor '{}' ({}) is not in host memory", t.name, t.describe()));
+            return Err(format!(
+                "tensor '{}' ({}) is not in memory this device reaches",
+                t.name,
+                t.describe()
+            ));
         }
         seen.push(t.buffer);
     }
@@ -456,6 +653,13 @@ unsafe extern "C" fn buffer_clear(buffer: *mut Buffer, value: u8) {
     guard("clear", (), || {
         // SAFETY: ggml passes one of tandem's live buffers.
         let ctx = unsafe { buf_ctx(buffer) };
+        if let Some(g) = ctx.gpu() {
+            // SAFETY: exactly the buffer's own device allocation is written.
+            if let Err(e) = unsafe { g.memset(DevicePtr(ctx.base() as u64), value, ctx.len()) } {
+                log::error(&format!("clear: {e}"));
+            }
+            return;
+        }
         // SAFETY: exactly the buffer's own allocation is written.
         unsafe { std::ptr::write_bytes(ctx.base() as *mut u8, value, ctx.len()) };
     })

@@ -2,10 +2,12 @@
 //! and ggml's graph accessors are read; tensors are deduplicated by address, nodes keep ggml's
 //! order, and a tensor's `buffer` is the address of its ggml buffer.
 
-use crate::abi::{Cgraph, GgmlTensor, MAX_SRC, TENSOR_FLAG_COMPUTE};
+use crate::abi::{Cgraph, GgmlTensor, MAX_SRC, TENSOR_FLAG_COMPUTE, TENSOR_FLAG_OUTPUT};
 use crate::host::HostApi;
 use std::collections::HashMap;
 use std::ffi::c_int;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::OnceLock;
 use tandem_graph::{ElemType, Graph, Op, Tensor, TensorId, MAX_OP_PARAMS};
 
 /// A tensor ggml handed over that tandem cannot represent.
@@ -28,24 +30,113 @@ impl std::fmt::Display for ConvertError {
     }
 }
 
-/// Builds a [`Graph`] from ggml tensors, one tensor per distinct address.
+/// The graph of the last conversion and its lookup tables, kept between calls so a decode
+/// step reuses their allocations instead of building them anew.
+#[derive(Default)]
+pub struct Scratch {
+    graph: Graph,
+    /// Tensor address → its id in `graph`.
+    ids: HashMap<usize, TensorId, BuildHasherDefault<AddrHasher>>,
+    /// The ggml tensor each id came from: names are read from there only when a message needs
+    /// them. Valid only while the converted ggml graph is (during the call that converted it).
+    origin: Vec<*const GgmlTensor>,
+}
+
+impl Scratch {
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// Gives every tensor its ggml name, for messages; the hot path leaves names empty.
+    ///
+    /// # Safety
+    /// The ggml tensors of the last conversion are still live.
+    pub unsafe fn fill_names(&mut self) {
+        for (t, &p) in self.graph.tensors.iter_mut().zip(&self.origin) {
+            if t.name.is_empty() {
+                // SAFETY: per the contract.
+                t.name = name_of(unsafe { &*p });
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        self.graph.tensors.clear();
+        self.graph.nodes.clear();
+        self.ids.clear();
+        self.origin.clear();
+    }
+}
+
+/// Hashes a tensor address with one folded 64×64→128 multiply: hashbrown reads both the top
+/// and the bottom bits of a hash, and the fold spreads the address's bits into both, where
+/// SipHash would spend most of a lookup hashing eight bytes.
+#[derive(Default)]
+pub struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(self.0 ^ b as u64);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        let p = (n ^ self.0) as u128 * 0x9e37_79b9_7f4a_7c15u128;
+        self.0 = p as u64 ^ (p >> 64) as u64;
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// ggml op and type numbers below this are looked up in a table; ggml 0.26 has under 100 of each.
+const TABLE: usize = 128;
+
+/// `Op::from_ggml` through a table built once: the conversion asks for every tensor, and the
+/// graph crate's lookup walks the list of ops.
+fn op_of(id: c_int) -> Option<Op> {
+    static T: OnceLock<[Option<Op>; TABLE]> = OnceLock::new();
+    let t = T.get_or_init(|| std::array::from_fn(|i| Op::from_ggml(i as u32)));
+    usize::try_from(id).ok().and_then(|i| t.get(i).copied().flatten())
+}
+
+/// `ElemType::from_ggml` through a table, as [`op_of`].
+fn type_of(id: c_int) -> Option<ElemType> {
+    static T: OnceLock<[Option<ElemType>; TABLE]> = OnceLock::new();
+    let t = T.get_or_init(|| std::array::from_fn(|i| ElemType::from_ggml(i as u32)));
+    usize::try_from(id).ok().and_then(|i| t.get(i).copied().flatten())
+}
+
+/// Builds a [`Graph`] from ggml tensors, one tensor per distinct address. Tensor names stay
+/// empty (see [`Scratch::fill_names`]).
 pub struct Converter<'h> {
     host: &'h HostApi,
-    graph: Graph,
-    ids: HashMap<*const GgmlTensor, TensorId>,
+    s: Scratch,
 }
 
 impl<'h> Converter<'h> {
     pub fn new(host: &'h HostApi) -> Self {
-        Converter {
-            host,
-            graph: Graph::default(),
-            ids: HashMap::new(),
-        }
+        Self::with_scratch(host, Scratch::default())
+    }
+
+    /// A converter that fills `s` (emptied first), keeping its allocations.
+    pub fn with_scratch(host: &'h HostApi, mut s: Scratch) -> Self {
+        s.clear();
+        Converter { host, s }
     }
 
     pub fn finish(self) -> Graph {
-        self.graph
+        self.s.graph
+    }
+
+    pub fn into_scratch(self) -> Scratch {
+        self.s
     }
 
     /// Adds `t` as a node (computed, in order) with its sources.
@@ -55,7 +146,7 @@ impl<'h> Converter<'h> {
     pub unsafe fn add_node(&mut self, t: *const GgmlTensor, index: Option<usize>) -> Result<TensorId, ConvertError> {
         // SAFETY: live per the contract.
         let raw = unsafe { &*t };
-        let Some(op) = Op::from_ggml(raw.op as u32) else {
+        let Some(op) = op_of(raw.op) else {
             // SAFETY: live per the contract.
             return Err(unsafe { self.error(raw, index, "op not known to tandem") });
         };
@@ -69,9 +160,9 @@ impl<'h> Converter<'h> {
             let sid = unsafe { self.add_tensor(s, None) }
                 // SAFETY: live per the contract.
                 .map_err(|r| unsafe { self.error(raw, index, &format!("src{slot}: {r}")) })?;
-            self.graph.tensor_mut(id).src[slot] = Some(sid);
+            self.s.graph.tensor_mut(id).src[slot] = Some(sid);
         }
-        self.graph.nodes.push(id);
+        self.s.graph.nodes.push(id);
         Ok(id)
     }
 
@@ -82,15 +173,15 @@ impl<'h> Converter<'h> {
     /// # Safety
     /// `t` and its `view_src` are live `ggml_tensor`s.
     unsafe fn add_tensor(&mut self, t: *const GgmlTensor, op: Option<Op>) -> Result<TensorId, String> {
-        if let Some(&id) = self.ids.get(&t) {
+        if let Some(&id) = self.s.ids.get(&(t as usize)) {
             if let Some(op) = op {
-                self.graph.tensor_mut(id).op = op;
+                self.s.graph.tensor_mut(id).op = op;
             }
             return Ok(id);
         }
         // SAFETY: live per the contract.
         let raw = unsafe { &*t };
-        let ty = ElemType::from_ggml(raw.type_ as u32).ok_or_else(|| {
+        let ty = type_of(raw.type_).ok_or_else(|| {
             format!(
                 "'{}' has type {} which tandem does not know",
                 name_of(raw),
@@ -100,27 +191,28 @@ impl<'h> Converter<'h> {
         let mut op_params = [0i32; MAX_OP_PARAMS];
         let n = op_params.len().min(raw.op_params.len());
         op_params[..n].copy_from_slice(&raw.op_params[..n]);
-        let tensor = Tensor {
-            name: name_of(raw),
+        let id = TensorId(self.s.graph.tensors.len() as u32);
+        self.s.graph.tensors.push(Tensor {
+            name: String::new(),
             ty,
             ne: raw.ne,
             nb: raw.nb,
-            op: op.or_else(|| Op::from_ggml(raw.op as u32)).unwrap_or(Op::None),
+            op: op.or_else(|| op_of(raw.op)).unwrap_or(Op::None),
             op_params,
             src: [None; tandem_graph::MAX_SRC],
             view_src: None,
             view_offs: raw.view_offs,
             data: raw.data as usize,
             buffer: raw.buffer as u64,
-        };
-        let id = TensorId(self.graph.tensors.len() as u32);
-        self.graph.tensors.push(tensor);
-        self.ids.insert(t, id);
+            output: raw.flags & TENSOR_FLAG_OUTPUT != 0,
+        });
+        self.s.origin.push(t);
+        self.s.ids.insert(t as usize, id);
         if !raw.view_src.is_null() && !std::ptr::eq(raw.view_src, t) {
             // SAFETY: the view root of a live tensor is live. ggml always points `view_src` at
             // the root owner, so this recursion is one level deep.
             let root = unsafe { self.add_tensor(raw.view_src, None) }?;
-            self.graph.tensor_mut(id).view_src = Some(root);
+            self.s.graph.tensor_mut(id).view_src = Some(root);
         }
         Ok(id)
     }
@@ -139,12 +231,22 @@ impl<'h> Converter<'h> {
     }
 }
 
-/// Converts ggml's graph: every node flagged for computation, in order.
+/// Converts ggml's graph into `scratch` (its previous content is replaced): every node flagged
+/// for computation, in order.
 ///
 /// # Safety
 /// `cgraph` is a live graph whose tensors stay live for the call.
-pub unsafe fn convert_graph(host: &HostApi, cgraph: *mut Cgraph) -> Result<Graph, ConvertError> {
-    let mut conv = Converter::new(host);
+pub unsafe fn convert_graph(host: &HostApi, cgraph: *mut Cgraph, scratch: &mut Scratch) -> Result<(), ConvertError> {
+    let mut conv = Converter::with_scratch(host, std::mem::take(scratch));
+    // SAFETY: per the contract.
+    let r = unsafe { add_nodes(&mut conv, host, cgraph) };
+    *scratch = conv.into_scratch();
+    r
+}
+
+/// # Safety
+/// As [`convert_graph`].
+unsafe fn add_nodes(conv: &mut Converter, host: &HostApi, cgraph: *mut Cgraph) -> Result<(), ConvertError> {
     // SAFETY: accessor functions of the host's ggml on a live graph.
     let n = unsafe { (host.graph_n_nodes)(cgraph) }.max(0);
     for i in 0..n {
@@ -160,7 +262,7 @@ pub unsafe fn convert_graph(host: &HostApi, cgraph: *mut Cgraph) -> Result<Graph
         // SAFETY: as above.
         unsafe { conv.add_node(node, Some(i as usize)) }?;
     }
-    Ok(conv.finish())
+    Ok(())
 }
 
 /// The node's name (up to the first NUL of ggml's fixed 64-byte field).
@@ -193,4 +295,41 @@ pub unsafe fn types_of(host: &HostApi, t: &GgmlTensor) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+    use std::hash::BuildHasher;
+
+    #[test]
+    fn tables_agree_with_the_graph_crate() {
+        for id in -3..200 {
+            assert_eq!(op_of(id), u32::try_from(id).ok().and_then(Op::from_ggml), "op {id}");
+            assert_eq!(
+                type_of(id),
+                u32::try_from(id).ok().and_then(ElemType::from_ggml),
+                "type {id}"
+            );
+        }
+    }
+
+    /// ggml tensors sit 336 + 32 bytes apart in a context; their hashes must differ in the low
+    /// bits (the bucket) and the top 7 bits (hashbrown's tag) alike.
+    #[test]
+    fn address_hash_spreads_tensor_strides() {
+        let b = BuildHasherDefault::<AddrHasher>::default();
+        let hashes: Vec<u64> = (0..4096usize)
+            .map(|i| b.hash_one(0x7f12_3450_0000usize + i * 368))
+            .collect();
+        let low: HashSet<u64> = hashes.iter().map(|h| h & 0xfff).collect();
+        let top: HashSet<u64> = hashes.iter().map(|h| h >> 57).collect();
+        assert!(
+            low.len() > 2400,
+            "only {} distinct low 12-bit buckets of 4096",
+            low.len()
+        );
+        assert_eq!(top.len(), 128, "top 7 bits do not cover all tags");
+    }
 }

@@ -3,10 +3,11 @@
 
 use crate::abi::{Backend, Buffer, BufferType, DevCaps, DevProps, DevType, Device as CDevice, Event, GgmlTensor, Reg};
 use crate::abi::{DEVICE_TYPE_ACCEL, DEVICE_TYPE_GPU};
+use crate::buffer::BuftKind;
 use crate::convert::Converter;
 use crate::guard::guard;
 use crate::host::host;
-use crate::{backend, buffer, registry};
+use crate::{backend, buffer};
 use std::ffi::{c_char, c_void, CString};
 use std::ptr::{null, null_mut};
 use std::sync::Arc;
@@ -18,25 +19,36 @@ pub struct DeviceCtx {
     pub name: CString,
     pub description: CString,
     pub buft: *mut BufferType,
+    /// A GPU device's pinned host buffer type (`get_host_buffer_type`); NULL for the host device.
+    pub host_buft: *mut BufferType,
 }
 
-/// Makes the ggml device entry for `device` and its buffer type.
-pub fn new_device(reg: *mut Reg, device: Arc<Device>) -> (*mut CDevice, *mut BufferType) {
+/// Makes the ggml device entry for `device` and its buffer types (one for the host device; the
+/// device-memory and the pinned host type for a GPU).
+pub fn new_device(reg: *mut Reg, device: Arc<Device>) -> (*mut CDevice, Vec<*mut BufferType>) {
     let cdev = Box::into_raw(Box::new(CDevice {
         iface: DEVICE_IFACE,
         reg,
         context: null_mut(),
     }));
-    let buft = buffer::new_buffer_type(cdev, &device);
+    let (buft, host_buft) = match &*device {
+        Device::Host(_) => (buffer::new_buffer_type(cdev, &device, BuftKind::Host), null_mut()),
+        Device::Gpu(_) => (
+            buffer::new_buffer_type(cdev, &device, BuftKind::Gpu(device.clone())),
+            buffer::new_buffer_type(cdev, &device, BuftKind::Pinned(device.clone())),
+        ),
+    };
     let ctx = DeviceCtx {
         name: CString::new(device.name()).unwrap_or_default(),
         description: CString::new(device.description()).unwrap_or_default(),
         device,
         buft,
+        host_buft,
     };
     // SAFETY: `cdev` was just allocated and is not shared yet.
     unsafe { (*cdev).context = Box::into_raw(Box::new(ctx)).cast() };
-    (cdev, buft)
+    let bufts = [buft, host_buft].into_iter().filter(|b| !b.is_null()).collect();
+    (cdev, bufts)
 }
 
 /// # Safety
@@ -54,8 +66,7 @@ const DEVICE_IFACE: crate::abi::DeviceIface = crate::abi::DeviceIface {
     get_props: Some(dev_get_props),
     init_backend: Some(dev_init_backend),
     get_buffer_type: Some(dev_get_buffer_type),
-    // The host device's own buffers already are host memory: no separate staging type.
-    get_host_buffer_type: None,
+    get_host_buffer_type: Some(dev_get_host_buffer_type),
     buffer_from_host_ptr: Some(dev_buffer_from_host_ptr),
     supports_op: Some(dev_supports_op),
     supports_buft: Some(dev_supports_buft),
@@ -81,6 +92,10 @@ unsafe extern "C" fn dev_get_description(dev: *mut CDevice) -> *const c_char {
 fn memory_of(device: &Device) -> (usize, usize) {
     match device {
         Device::Host(_) => host_memory(),
+        Device::Gpu(g) => {
+            let (free, total) = g.memory();
+            (free as usize, total as usize)
+        }
     }
 }
 
@@ -128,14 +143,18 @@ unsafe extern "C" fn dev_get_type(dev: *mut CDevice) -> DevType {
 }
 
 /// What tandem's devices can do. Every async entry completes before it returns, so events and
-/// async copies are trivially honest.
-const CAPS: DevCaps = DevCaps {
-    async_: true,
-    host_buffer: false,
-    buffer_from_host_ptr: true,
-    events: true,
-    mmap_support: true,
-};
+/// async copies are trivially honest. A GPU device has a pinned host buffer type and takes no
+/// foreign host pointers (its kernels could not read them).
+fn caps(device: &Device) -> DevCaps {
+    let gpu = matches!(device, Device::Gpu(_));
+    DevCaps {
+        async_: true,
+        host_buffer: gpu,
+        buffer_from_host_ptr: !gpu,
+        events: true,
+        mmap_support: true,
+    }
+}
 
 unsafe extern "C" fn dev_get_props(dev: *mut CDevice, props: *mut DevProps) {
     guard("dev_get_props", (), || {
@@ -154,7 +173,7 @@ unsafe extern "C" fn dev_get_props(dev: *mut CDevice, props: *mut DevProps) {
                 memory_total: total,
                 type_: dev_type_of(&ctx.device),
                 device_id: null(),
-                caps: CAPS,
+                caps: caps(&ctx.device),
             })
         };
     })
@@ -172,6 +191,11 @@ unsafe extern "C" fn dev_get_buffer_type(dev: *mut CDevice) -> *mut BufferType {
     guard("get_buffer_type", null_mut(), || unsafe { dev_ctx(dev) }.buft)
 }
 
+unsafe extern "C" fn dev_get_host_buffer_type(dev: *mut CDevice) -> *mut BufferType {
+    // SAFETY: as dev_get_name.
+    guard("get_host_buffer_type", null_mut(), || unsafe { dev_ctx(dev) }.host_buft)
+}
+
 unsafe extern "C" fn dev_buffer_from_host_ptr(
     dev: *mut CDevice,
     ptr: *mut c_void,
@@ -179,7 +203,8 @@ unsafe extern "C" fn dev_buffer_from_host_ptr(
     _max_tensor_size: usize,
 ) -> *mut Buffer {
     guard("buffer_from_host_ptr", null_mut(), || {
-        if ptr.is_null() {
+        // SAFETY: as dev_get_name.
+        if ptr.is_null() || matches!(*unsafe { dev_ctx(dev) }.device, Device::Gpu(_)) {
             return null_mut();
         }
         // SAFETY: as dev_get_name; ggml keeps `ptr..ptr+size` mapped while the buffer lives.
@@ -218,15 +243,40 @@ unsafe extern "C" fn dev_supports_buft(dev: *mut CDevice, buft: *mut BufferType)
             // The host device reads any host-memory buffer (ggml's CPU buffers included); other
             // tandem devices' buffers are not host memory to it unless ggml says so.
             // SAFETY: ggml passes a live buffer type.
-            Device::Host(_) => host().is_ok_and(|h| unsafe { (h.buft_is_host)(buft) }) || registry::is_our_buft(buft),
+            Device::Host(_) => host().is_ok_and(|h| unsafe { (h.buft_is_host)(buft) }),
+            // A GPU device computes in its own memory and its pinned host memory only.
+            Device::Gpu(_) => buft == ctx.host_buft,
         }
     })
 }
 
-unsafe extern "C" fn dev_offload_op(_dev: *mut CDevice, _op: *const GgmlTensor) -> bool {
-    // Offloading moves work to where the weights are not; for the host device the data is
-    // already in host memory, so ggml's CPU backend is as close as tandem.
-    false
+unsafe extern "C" fn dev_offload_op(dev: *mut CDevice, op: *const GgmlTensor) -> bool {
+    guard("offload_op", false, || {
+        // SAFETY: as dev_get_name.
+        let ctx = unsafe { dev_ctx(dev) };
+        // The host device's data already is in host memory, so ggml's CPU backend is as close
+        // as tandem. A GPU pays for copying weights in only with a batch large enough (ggml's
+        // own rule of 32 rows) and a kernel to run it.
+        let Device::Gpu(g) = &*ctx.device else { return false };
+        let Ok(h) = host() else { return false };
+        if op.is_null() {
+            return false;
+        }
+        let mut conv = Converter::new(h);
+        // SAFETY: ggml passes a live node whose sources are live.
+        let Ok(id) = (unsafe { conv.add_node(op, None) }) else {
+            return false;
+        };
+        let graph = conv.finish();
+        let t = graph.tensor(id);
+        // The batch is the token count: dim 2 for MUL_MAT_ID (dim 1 holds the experts used).
+        let batch = if t.op == tandem_graph::Op::MulMatId {
+            t.ne[2]
+        } else {
+            t.ne[1]
+        };
+        batch >= 32 && t.op != tandem_graph::Op::GetRows && g.has_kernel(t, &graph.srcs(id))
+    })
 }
 
 unsafe extern "C" fn dev_event_new(dev: *mut CDevice) -> *mut Event {

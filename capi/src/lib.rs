@@ -22,6 +22,8 @@ mod registry;
 
 use std::ffi::c_int;
 
+pub use backend::GraphTotals;
+
 /// Score reported to ggml's loader: any positive value means "usable here". A registry with no
 /// device (`TANDEM_HOST_DEVICE=0` and no GPU) still loads, cleanly, with zero devices.
 const SCORE: c_int = 10;

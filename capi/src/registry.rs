@@ -71,9 +71,9 @@ fn build() -> Option<Registry> {
     let mut devices = Vec::new();
     let mut bufts = Vec::new();
     for d in tandem_backend::devices() {
-        let (cdev, buft) = device::new_device(reg, d);
+        let (cdev, types) = device::new_device(reg, d);
         devices.push(cdev);
-        bufts.push(buft);
+        bufts.extend(types);
     }
     log::debug(&format!("TANDEM registry with {} device(s)", devices.len()));
     Some(Registry { reg, devices, bufts })
@@ -153,6 +153,8 @@ unsafe extern "C" fn reg_get_proc_address(_reg: *mut Reg, name: *const c_char) -
         let name = unsafe { CStr::from_ptr(name) };
         match name.to_bytes() {
             b"ggml_backend_set_n_threads" => backend::set_n_threads as *mut c_void,
+            b"tandem_graph_totals" => backend::graph_totals as *mut c_void,
+            b"tandem_set_node_timing" => backend::set_node_timing as *mut c_void,
             b"ggml_backend_get_features" => get_features as *mut c_void,
             b"ggml_backend_dev_get_extra_bufts" => device::get_extra_bufts as *mut c_void,
             _ => null_mut(),

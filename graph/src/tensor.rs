@@ -38,6 +38,9 @@ pub struct Tensor {
     pub data: usize,
     /// Which buffer holds the bytes (opaque to this crate; 0 = none/unknown).
     pub buffer: u64,
+    /// The host reads this tensor after the graph (ggml's output flag): a fused kernel must
+    /// still write it.
+    pub output: bool,
 }
 
 impl Tensor {
@@ -57,6 +60,7 @@ impl Tensor {
             view_offs: 0,
             data: 0,
             buffer: 0,
+            output: false,
         }
     }
 

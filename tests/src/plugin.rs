@@ -56,7 +56,10 @@ pub fn load_tandem_host(plugin: &std::path::Path) -> Result<sys::ggml_backend_de
         sys::ggml_backend_load_all();
         let dev = sys::ggml_backend_dev_by_name(c"TANDEM_HOST".as_ptr());
         if dev.is_null() {
-            return Err("the plugin loaded but offers no TANDEM_HOST device".into());
+            return Err(
+                "the plugin loaded but offers no TANDEM_HOST device (with a GPU present it needs TANDEM_HOST_DEVICE=1)"
+                    .into(),
+            );
         }
         Ok(dev)
     }

@@ -50,6 +50,21 @@ pub enum Command {
         #[arg(long, default_value_t = 42)]
         seed: u64,
     },
+    /// Writes a markdown table and an SVG chart from the JSON of `perf-ops --json` (and of
+    /// `scripts/torch-peer.py`, when given).
+    PerfReport {
+        /// The perf-ops JSON.
+        perf: std::path::PathBuf,
+        /// The torch peer's JSON from the same device command.
+        #[arg(long)]
+        torch: Option<std::path::PathBuf>,
+        /// Where the markdown goes (default: stdout).
+        #[arg(long)]
+        md: Option<std::path::PathBuf>,
+        /// Where the SVG chart goes (default: none).
+        #[arg(long)]
+        svg: Option<std::path::PathBuf>,
+    },
     /// Shows which op × type combinations the device claims.
     Support {
         #[arg(short = 'd', long)]
@@ -59,4 +74,13 @@ pub enum Command {
     },
     /// Devices, CPU features, threads, registrations and the environment settings in effect.
     Info,
+    /// Lists the kernel catalog; `--build` compiles (or loads from the cache) every family for
+    /// every GPU device present.
+    Kernels {
+        #[arg(long)]
+        build: bool,
+        /// Only this device (default: every GPU device).
+        #[arg(short = 'd', long)]
+        device: Option<String>,
+    },
 }

@@ -200,6 +200,13 @@ impl Instance {
         }
     }
 
+    /// The graph with the whole host image and its address, for a device that mirrors the
+    /// image into its own memory.
+    pub fn image(&mut self) -> (&Graph, &mut [u8], usize) {
+        let base = self.buf.addr();
+        (&self.graph, self.buf.as_mut_slice(), base)
+    }
+
     /// Names the first tensor whose sentinel bytes changed.
     pub fn check_sentinels(&self) -> Result<(), String> {
         for id in self.owners() {

@@ -17,7 +17,6 @@ pub fn info() {
         };
         println!("  {} [{kind}] {}", d.name(), d.description());
     }
-    // GPUs are probed here but not yet offered as devices (placement comes next).
     println!("{}", tandem_backend::gpu::report());
     let features = tandem_ops::simd::features().names();
     println!(
@@ -31,7 +30,21 @@ pub fn info() {
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let threads = if cfg.threads == 0 { cores } else { cfg.threads };
     println!("threads: {threads} CPU workers ({cores} available)");
-    println!("dispatch registrations: none (the host device runs every node on tandem's CPU code)");
+    let regs = tandem_backend::gpu::registry::Registry::new(cfg);
+    let enabled = regs.iter().filter(|(_, on)| *on).count();
+    println!(
+        "dispatch registrations: {} ({enabled} enabled; GPU devices only, the host device runs tandem's CPU code)",
+        regs.len()
+    );
+    for (r, on) in regs.iter() {
+        let fuses = r.fuses.map(|f| format!(" + {f}")).unwrap_or_default();
+        println!(
+            "  {:<28} {}{fuses}{}",
+            r.name,
+            r.op,
+            if on { "" } else { "  [disabled]" }
+        );
+    }
     println!("environment:");
     let host = match cfg.host_device {
         None => "unset (host device offered only when no GPU is found)".to_string(),

@@ -7,7 +7,9 @@ mod common;
 mod compare;
 mod data;
 mod info;
+mod kernels;
 mod perf;
+mod report;
 mod run;
 mod support;
 
@@ -63,6 +65,9 @@ fn dispatch(cmd: Command) -> Result<bool, String> {
             let dev = common::pick_device(device.as_deref())?;
             Ok(perf::perf_ops(&dev, &opts))
         }
+        Command::PerfReport { perf, torch, md, svg } => {
+            report::perf_report(&perf, torch.as_deref(), md.as_deref(), svg.as_deref())
+        }
         Command::Support { device, ops } => {
             let dev = common::pick_device(device.as_deref())?;
             Ok(support::support(&dev, &common::parse_ops(ops.as_deref())?))
@@ -71,5 +76,6 @@ fn dispatch(cmd: Command) -> Result<bool, String> {
             info::info();
             Ok(true)
         }
+        Command::Kernels { build, device } => kernels::kernels(build, device.as_deref()),
     }
 }

@@ -1,17 +1,22 @@
 //! `tandem perf-ops`: time per run (median after warm-up) and achieved bandwidth or compute
-//! rate of model-sized cases, next to the machine's streaming read bandwidth measured in the
-//! same run.
+//! rate of model-sized cases, next to the machine's ceiling measured in the same run: the
+//! streaming read bandwidth on the host, the device-to-device copy rate on a GPU.
+//!
+//! On a GPU every copy of a case lives in device memory (the leaves drawn once on the host and
+//! uploaded), and each run is timed with events on the device's stream, after a runway copy that
+//! keeps the device busy while the host queues the launches (see `GpuDevice::compute_timed`).
 
 use crate::cases::{perf, Case};
 use crate::common::selected;
 use crate::data::{case_rng, fill_leaves, Instance};
 use rayon::prelude::*;
 use regex::Regex;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::hint::black_box;
 use std::time::Instant;
-use tandem_backend::Device;
-use tandem_graph::Op;
+use tandem_backend::gpu::{DeviceAlloc, GpuDevice};
+use tandem_backend::{Device, GraphStats};
+use tandem_graph::{Graph, Op};
 
 pub struct PerfOptions {
     pub ops: Vec<Op>,
@@ -21,83 +26,138 @@ pub struct PerfOptions {
     pub seed: u64,
 }
 
-/// Bytes summed by the bandwidth probe: far beyond any cache.
+/// Bytes summed by the host bandwidth probe: far beyond any cache.
 const STREAM_BYTES: usize = 1 << 30;
-/// Weights are rotated through copies until the copies together span at least this much.
+/// Bytes of the device-to-device copy that gives a GPU's copy rate.
+const COPY_BYTES: usize = 1 << 30;
+/// Weights are rotated through copies until the copies together span at least this much (ten
+/// times a 50 MB GPU L2).
 const ROTATION_BYTES: usize = 512 << 20;
 const MAX_COPIES: usize = 64;
 /// Rows of a weight drawn at random; the rest repeat them (quantizing 58M values per copy
 /// would dominate the run; the bytes streamed are the same).
 const DISTINCT_ROWS: usize = 256;
+/// Bytes of the copy queued before each timed GPU run: about 0.1 ms at HBM3e rates, time for
+/// the host to queue a few dozen launches behind it.
+const RUNWAY_BYTES: usize = 256 << 20;
+/// Untimed GPU runs per case (the first also compiles or loads the kernels).
+const GPU_WARMUP: usize = 5;
 
-#[derive(Serialize)]
-struct StreamResult {
-    buffer_bytes: usize,
-    threads: usize,
-    gbps: f64,
+/// The rate a bandwidth-bound case is compared with.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Ceiling {
+    /// What was measured, in words.
+    pub what: String,
+    /// Bytes counted per pass (a copy counts its reads and its writes).
+    pub bytes: usize,
+    pub us_median: f64,
+    pub gbps: f64,
 }
 
-#[derive(Serialize)]
-struct CaseResult {
-    name: String,
-    op: String,
-    /// Null when the case failed.
-    us_median: Option<f64>,
-    us_min: Option<f64>,
-    reps: usize,
+/// What the executor reported for a case's graph (medians over the timed runs).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct GraphSummary {
+    pub nodes: usize,
+    pub gpu_dispatches: usize,
+    pub cpu_fallback_nodes: usize,
+    /// Host time from the first launch until the graph finished (GraphStats::launch_us).
+    pub launch_us_median: f64,
+    pub wall_us_per_node: f64,
+    pub launch_us_per_node: f64,
+    /// Device time per node (events; equals host time on the host device).
+    pub device_us_per_node: f64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct CaseResult {
+    pub name: String,
+    pub op: String,
+    /// Device time per run (events on a GPU, host clock on the host); null when the case failed.
+    pub us_median: Option<f64>,
+    pub us_min: Option<f64>,
+    /// Host time per run around the whole `compute` call (on a GPU from runs without the
+    /// runway copy, so it includes the launch latency in front of the first kernel).
+    pub wall_us_median: Option<f64>,
+    pub reps: usize,
     /// Copies of the graph rotated through, so weights come from memory, not cache.
-    copies: usize,
+    pub copies: usize,
+    /// Bytes of all copies together.
+    pub working_set_bytes: usize,
     /// Bytes one run reads and writes: every leaf (weights with their scales, inputs) plus the
     /// output, or only the part an op touches (GET_ROWS, SET_ROWS, MUL_MAT_ID).
-    bytes: usize,
-    gbps: Option<f64>,
-    ratio_to_stream: Option<f64>,
-    flops: f64,
-    tflops: Option<f64>,
-    error: Option<String>,
+    pub bytes: usize,
+    pub gbps: Option<f64>,
+    pub ratio_to_ceiling: Option<f64>,
+    pub flops: f64,
+    pub tflops: Option<f64>,
+    pub graph: Option<GraphSummary>,
+    pub error: Option<String>,
 }
 
-#[derive(Serialize)]
-struct PerfReport {
-    device: String,
-    description: String,
-    cpu_features: Vec<&'static str>,
-    stream_read: StreamResult,
-    cases: Vec<CaseResult>,
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct PerfReport {
+    pub device: String,
+    pub description: String,
+    /// "gpu" or "host".
+    pub kind: String,
+    pub cpu_features: Vec<String>,
+    pub ceiling: Ceiling,
+    pub cases: Vec<CaseResult>,
+}
+
+/// One timed run.
+struct Sample {
+    us: f64,
+    wall_us: f64,
+    stats: GraphStats,
+}
+
+/// Device buffers of the runway copy.
+struct Runway {
+    src: DeviceAlloc,
+    dst: DeviceAlloc,
 }
 
 /// Runs the selected perf cases; true when at least one ran and none failed.
 pub fn perf_ops(dev: &Device, opts: &PerfOptions) -> bool {
-    let threads = device_threads(dev);
-    let stream = match stream_read(threads) {
-        Ok(s) => s,
+    let (ceiling, runway) = match dev {
+        Device::Host(h) => (stream_read(h.cpu().n_threads()), None),
+        Device::Gpu(g) => match gpu_setup(g) {
+            Ok((c, r)) => (Ok(c), Some(r)),
+            Err(e) => (Err(e), None),
+        },
+    };
+    let ceiling = match ceiling {
+        Ok(c) => c,
         Err(e) => {
-            eprintln!("perf-ops: streaming read probe failed: {e}");
+            eprintln!("perf-ops: measuring the ceiling failed: {e}");
             return false;
         }
     };
     if !opts.json {
         println!(
-            "perf-ops: device {} ({})\nstream read: {} MiB, {} threads: {:.1} GB/s (median of 5 passes)",
+            "perf-ops: device {} ({})\nceiling: {}: {:.1} GB/s",
             dev.name(),
             dev.description(),
-            stream.buffer_bytes >> 20,
-            stream.threads,
-            stream.gbps
+            ceiling.what,
+            ceiling.gbps
         );
         println!(
-            "{:<66} {:>10} {:>8} {:>7} {:>8}",
-            "case", "us/run", "GB/s", "stream", "TFLOP/s"
+            "{:<72} {:>10} {:>10} {:>8} {:>6} {:>8}",
+            "case", "us/run", "wall us", "GB/s", "ceil", "TFLOP/s"
         );
     }
+    let gpu = matches!(dev, Device::Gpu(_));
     let mut results = Vec::new();
-    for case in perf::cases()
+    for case in perf::cases(gpu)
         .iter()
         .filter(|c| selected(c.op, &c.name, &opts.ops, &opts.pattern))
     {
-        let r = measure(dev, case, opts, stream.gbps);
-        if !opts.json {
-            print_row(&r);
+        let r = measure(dev, runway.as_ref(), case, opts, ceiling.gbps);
+        if opts.json {
+            eprintln!("perf-ops: {}", row_text(&r));
+        } else {
+            println!("{}", row_text(&r));
         }
         results.push(r);
     }
@@ -106,8 +166,13 @@ pub fn perf_ops(dev: &Device, opts: &PerfOptions) -> bool {
         let report = PerfReport {
             device: dev.name().to_string(),
             description: dev.description(),
-            cpu_features: tandem_ops::simd::features().names(),
-            stream_read: stream,
+            kind: if gpu { "gpu" } else { "host" }.into(),
+            cpu_features: tandem_ops::simd::features()
+                .names()
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            ceiling,
             cases: results,
         };
         match serde_json::to_string_pretty(&report) {
@@ -123,58 +188,93 @@ pub fn perf_ops(dev: &Device, opts: &PerfOptions) -> bool {
     ok
 }
 
-fn print_row(r: &CaseResult) {
-    match (&r.error, r.us_median, r.gbps, r.ratio_to_stream) {
+fn row_text(r: &CaseResult) -> String {
+    match (&r.error, r.us_median, r.gbps, r.ratio_to_ceiling) {
         (None, Some(us), Some(gbps), Some(ratio)) => {
             let tf = r.tflops.map(|t| format!("{t:.3}")).unwrap_or_else(|| "-".into());
-            println!("{:<66} {us:>10.1} {gbps:>8.1} {ratio:>7.2} {tf:>8}", r.name);
+            let wall = r.wall_us_median.unwrap_or(us);
+            let mut line = format!(
+                "{:<72} {us:>10.1} {wall:>10.1} {gbps:>8.1} {ratio:>6.2} {tf:>8}",
+                r.name
+            );
+            if let Some(g) = r.graph.as_ref().filter(|g| g.nodes >= 64) {
+                line += &format!(
+                    "  [{} nodes, {} GPU, {} CPU: {:.2} us/node wall, {:.2} launch, {:.2} device]",
+                    g.nodes,
+                    g.gpu_dispatches,
+                    g.cpu_fallback_nodes,
+                    g.wall_us_per_node,
+                    g.launch_us_per_node,
+                    g.device_us_per_node
+                );
+            }
+            line
         }
-        (Some(e), ..) => println!("{:<66} FAIL: {e}", r.name),
-        _ => println!("{:<66} FAIL: no measurement", r.name),
+        (Some(e), ..) => format!("{:<72} FAIL: {e}", r.name),
+        _ => format!("{:<72} FAIL: no measurement", r.name),
     }
 }
 
-fn device_threads(dev: &Device) -> usize {
-    match dev {
-        Device::Host(h) => h.cpu().n_threads(),
-    }
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-fn measure(dev: &Device, case: &Case, opts: &PerfOptions, stream_gbps: f64) -> CaseResult {
+fn measure(dev: &Device, runway: Option<&Runway>, case: &Case, opts: &PerfOptions, ceiling_gbps: f64) -> CaseResult {
     let mut r = CaseResult {
         name: case.name.clone(),
         op: case.op.name().to_string(),
-        us_median: None,
-        us_min: None,
-        reps: opts.reps,
-        copies: 0,
-        bytes: 0,
-        gbps: None,
-        ratio_to_stream: None,
+        reps: opts.reps.max(1),
         flops: case.flops,
-        tflops: None,
-        error: None,
+        ..Default::default()
     };
-    match time_case(dev, case, opts, &mut r) {
-        Ok(mut us) => {
-            us.sort_by(f64::total_cmp);
-            let med = us[us.len() / 2];
-            let gbps = r.bytes as f64 / (med * 1e-6) / 1e9;
-            r.us_median = Some(med);
-            r.us_min = us.first().copied();
-            r.gbps = Some(gbps);
-            r.ratio_to_stream = Some(gbps / stream_gbps);
-            if case.flops > 0.0 {
-                r.tflops = Some(case.flops / (med * 1e-6) / 1e12);
-            }
-        }
+    let timed = match (dev, runway) {
+        (Device::Gpu(g), Some(rw)) => time_gpu(dev, g, rw, case, opts, &mut r),
+        (Device::Gpu(_), None) => Err("no runway buffers".into()),
+        (Device::Host(_), _) => time_host(dev, case, opts, &mut r),
+    };
+    match timed {
+        Ok(samples) => summarize(&mut r, &samples, ceiling_gbps),
         Err(e) => r.error = Some(e),
     }
     r
 }
 
-/// Microseconds of each timed run.
-fn time_case(dev: &Device, case: &Case, opts: &PerfOptions, r: &mut CaseResult) -> Result<Vec<f64>, String> {
+fn summarize(r: &mut CaseResult, samples: &[Sample], ceiling_gbps: f64) {
+    let mut us: Vec<f64> = samples.iter().map(|s| s.us).collect();
+    let mut wall: Vec<f64> = samples.iter().map(|s| s.wall_us).collect();
+    let mut launch: Vec<f64> = samples.iter().map(|s| s.stats.launch_us as f64).collect();
+    let med = median(&mut us);
+    let wall_med = median(&mut wall);
+    let gbps = r.bytes as f64 / (med * 1e-6) / 1e9;
+    r.us_median = Some(med);
+    r.us_min = us.first().copied();
+    r.wall_us_median = Some(wall_med);
+    r.gbps = Some(gbps);
+    r.ratio_to_ceiling = Some(gbps / ceiling_gbps);
+    if r.flops > 0.0 {
+        r.tflops = Some(r.flops / (med * 1e-6) / 1e12);
+    }
+    if let Some(last) = samples.last() {
+        let n = last.stats.nodes.max(1) as f64;
+        let launch_med = median(&mut launch);
+        r.graph = Some(GraphSummary {
+            nodes: last.stats.nodes,
+            gpu_dispatches: last.stats.gpu_dispatches,
+            cpu_fallback_nodes: last.stats.cpu_fallback_nodes,
+            launch_us_median: launch_med,
+            wall_us_per_node: wall_med / n,
+            launch_us_per_node: launch_med / n,
+            device_us_per_node: med / n,
+        });
+    }
+}
+
+type Fills = std::collections::HashMap<tandem_graph::TensorId, crate::cases::Fill>;
+
+/// Builds the case's graph, checks the device takes every node, and returns the graph, the leaf
+/// fills and the bytes a run touches.
+fn prepare(dev: &Device, case: &Case) -> Result<(Graph, Fills, usize), String> {
     let (graph, out, fills) = case.instantiate().map_err(|e| format!("building the graph: {e}"))?;
     for &n in &graph.nodes {
         let t = graph.tensor(n);
@@ -190,50 +290,176 @@ fn time_case(dev: &Device, case: &Case, opts: &PerfOptions, r: &mut CaseResult) 
         .map(|t| t.nbytes())
         .sum::<usize>()
         + graph.tensor(out).nbytes();
-    r.bytes = case.bytes.unwrap_or(allocated);
-    r.copies = ROTATION_BYTES.div_ceil(allocated.max(1)).clamp(1, MAX_COPIES);
-    let mut copies = (0..r.copies)
-        .map(|_| Instance::new(&graph))
-        .collect::<Result<Vec<_>, _>>()?;
+    Ok((graph, fills, case.bytes.unwrap_or(allocated)))
+}
+
+/// Copies needed for a working set of at least [`ROTATION_BYTES`].
+fn copies_for(image_bytes: usize) -> usize {
+    ROTATION_BYTES.div_ceil(image_bytes.max(1)).clamp(1, MAX_COPIES)
+}
+
+fn time_host(dev: &Device, case: &Case, opts: &PerfOptions, r: &mut CaseResult) -> Result<Vec<Sample>, String> {
+    let (graph, fills, bytes) = prepare(dev, case)?;
+    r.bytes = bytes;
+    let mut copies = vec![Instance::new(&graph)?];
+    let image = copies[0].image().1.len();
+    r.copies = copies_for(image);
+    r.working_set_bytes = r.copies * image;
+    for _ in 1..r.copies {
+        copies.push(Instance::new(&graph)?);
+    }
     let mut rng = case_rng(opts.seed, &case.name);
     let mut refs: Vec<&mut Instance> = copies.iter_mut().collect();
     fill_leaves(&graph, &fills, &mut rng, DISTINCT_ROWS, &mut refs)?;
-    let run = |i: usize| -> Result<f64, String> {
+    let run = |i: usize| -> Result<Sample, String> {
         let inst = &copies[i % copies.len()];
         let t0 = Instant::now();
         // SAFETY: every tensor of the instance lives in its host buffer, allocated by
         // `allocate_graph` with `nbytes()` bytes each; nothing else uses it meanwhile.
-        unsafe { dev.compute(&inst.graph) }.map_err(|e| e.to_string())?;
-        Ok(t0.elapsed().as_secs_f64() * 1e6)
+        let stats = unsafe { dev.compute(&inst.graph) }.map_err(|e| e.to_string())?;
+        let us = t0.elapsed().as_secs_f64() * 1e6;
+        Ok(Sample { us, wall_us: us, stats })
     };
     for i in 0..copies.len().min(3) {
         run(i)?;
     }
-    (0..opts.reps.max(1)).map(run).collect()
+    (0..r.reps).map(run).collect()
+}
+
+fn time_gpu(
+    dev: &Device,
+    g: &GpuDevice,
+    runway: &Runway,
+    case: &Case,
+    opts: &PerfOptions,
+    r: &mut CaseResult,
+) -> Result<Vec<Sample>, String> {
+    let dev_err = |e: tandem_backend::gpu::GpuError| format!("device: {e}");
+    let (graph, fills, bytes) = prepare(dev, case)?;
+    r.bytes = bytes;
+    let mut host = Instance::new(&graph)?;
+    let mut rng = case_rng(opts.seed, &case.name);
+    fill_leaves(&graph, &fills, &mut rng, DISTINCT_ROWS, &mut [&mut host])?;
+    let (host_graph, image, host_base) = host.image();
+    r.copies = copies_for(image.len());
+    r.working_set_bytes = r.copies * image.len();
+    let (free, _) = g.memory();
+    if r.working_set_bytes as u64 > free / 2 {
+        return Err(format!(
+            "{} copies of {} bytes do not fit in half of the {free} free bytes",
+            r.copies,
+            image.len()
+        ));
+    }
+    let mut allocs = Vec::with_capacity(r.copies);
+    let mut graphs = Vec::with_capacity(r.copies);
+    for _ in 0..r.copies {
+        let a = g.alloc(image.len()).map_err(dev_err)?;
+        // SAFETY: the allocation holds `image.len()` bytes.
+        unsafe { g.write(a.ptr(), image) }.map_err(dev_err)?;
+        graphs.push(rebased(host_graph, host_base, a.ptr().0 as usize));
+        allocs.push(a);
+    }
+    let way = Some((runway.dst.ptr(), runway.src.ptr(), RUNWAY_BYTES));
+    // Each sample pairs an event-timed run behind the runway (device time) with a plain run of
+    // the next copy (host wall time and the executor's stats, free of the runway's wait).
+    let run = |i: usize| -> Result<Sample, String> {
+        // SAFETY: every address of the graph points into its own allocation at the offset it has
+        // in the host image, which holds every tensor's bytes; the runway buffers are separate
+        // allocations of RUNWAY_BYTES each.
+        let (_, ms) = unsafe { g.compute_timed(&graphs[i % graphs.len()], way) }.map_err(|e| e.to_string())?;
+        let t0 = Instant::now();
+        // SAFETY: as above.
+        let stats = unsafe { g.compute(&graphs[(i + 1) % graphs.len()]) }.map_err(|e| e.to_string())?;
+        Ok(Sample {
+            us: ms as f64 * 1e3,
+            wall_us: t0.elapsed().as_secs_f64() * 1e6,
+            stats,
+        })
+    };
+    for i in 0..GPU_WARMUP.max(graphs.len().min(8)) {
+        run(i)?;
+    }
+    let samples = (0..r.reps).map(run).collect::<Result<Vec<_>, _>>()?;
+    drop(allocs);
+    Ok(samples)
+}
+
+/// `g` with every address moved from the host image at `from` to the same offset at `to`.
+fn rebased(g: &Graph, from: usize, to: usize) -> Graph {
+    let mut moved = g.clone();
+    for t in moved.tensors.iter_mut() {
+        if t.data != 0 {
+            t.data = t.data - from + to;
+        }
+    }
+    moved
+}
+
+/// The GPU's copy rate (a device-to-device copy of [`COPY_BYTES`], events, median of 10 after
+/// 2 untimed) and the runway buffers.
+fn gpu_setup(g: &GpuDevice) -> Result<(Ceiling, Runway), String> {
+    let dev_err = |e: tandem_backend::gpu::GpuError| format!("device: {e}");
+    let src = g.alloc(COPY_BYTES).map_err(dev_err)?;
+    let dst = g.alloc(COPY_BYTES).map_err(dev_err)?;
+    // SAFETY: both allocations hold COPY_BYTES bytes.
+    unsafe { g.memset(src.ptr(), 0x5a, COPY_BYTES) }.map_err(dev_err)?;
+    let mut us = Vec::new();
+    for pass in 0..12 {
+        // SAFETY: as above.
+        let ms = unsafe { g.copy_timed(dst.ptr(), src.ptr(), COPY_BYTES) }.map_err(dev_err)?;
+        if pass >= 2 {
+            us.push(ms as f64 * 1e3);
+        }
+    }
+    let med = median(&mut us);
+    drop((src, dst));
+    let runway = Runway {
+        src: g.alloc(RUNWAY_BYTES).map_err(dev_err)?,
+        dst: g.alloc(RUNWAY_BYTES).map_err(dev_err)?,
+    };
+    // SAFETY: the runway source holds RUNWAY_BYTES bytes.
+    unsafe { g.memset(runway.src.ptr(), 0x3c, RUNWAY_BYTES) }.map_err(dev_err)?;
+    Ok((
+        Ceiling {
+            what: format!(
+                "device-to-device copy of {} MiB (read + write), events, median of 10",
+                COPY_BYTES >> 20
+            ),
+            bytes: 2 * COPY_BYTES,
+            us_median: med,
+            gbps: 2.0 * COPY_BYTES as f64 / (med * 1e-6) / 1e9,
+        },
+        runway,
+    ))
 }
 
 /// Multi-threaded sum over a buffer far larger than the caches: the read bandwidth a
 /// bandwidth-bound op can hope for on this machine.
-fn stream_read(threads: usize) -> Result<StreamResult, String> {
+fn stream_read(threads: usize) -> Result<Ceiling, String> {
     let buf = vec![1.0f32; STREAM_BYTES / 4];
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()
         .map_err(|e| e.to_string())?;
-    let mut secs = Vec::new();
+    let mut us = Vec::new();
     for pass in 0..6 {
         let t0 = Instant::now();
         let s: f32 = pool.install(|| buf.par_chunks(1 << 18).map(sum_chunk).sum());
         black_box(s);
         if pass > 0 {
-            secs.push(t0.elapsed().as_secs_f64());
+            us.push(t0.elapsed().as_secs_f64() * 1e6);
         }
     }
-    secs.sort_by(f64::total_cmp);
-    Ok(StreamResult {
-        buffer_bytes: STREAM_BYTES,
-        threads,
-        gbps: STREAM_BYTES as f64 / secs[secs.len() / 2] / 1e9,
+    let med = median(&mut us);
+    Ok(Ceiling {
+        what: format!(
+            "stream read of {} MiB, {threads} threads, median of 5",
+            STREAM_BYTES >> 20
+        ),
+        bytes: STREAM_BYTES,
+        us_median: med,
+        gbps: STREAM_BYTES as f64 / (med * 1e-6) / 1e9,
     })
 }
 
@@ -258,5 +484,51 @@ mod tests {
         let v: Vec<f32> = (0..1000).map(|i| i as f32).collect();
         assert_eq!(sum_chunk(&v), 499500.0);
         assert_eq!(sum_chunk(&v[..7]), 21.0);
+    }
+
+    #[test]
+    fn summary_takes_medians_and_rates() {
+        let mut r = CaseResult {
+            bytes: 4_000_000,
+            flops: 8e6,
+            ..Default::default()
+        };
+        let samples: Vec<Sample> = [4.0, 1.0, 2.0]
+            .iter()
+            .map(|&us| Sample {
+                us,
+                wall_us: us * 10.0,
+                stats: GraphStats {
+                    nodes: 2,
+                    launch_us: (us * 5.0) as u64,
+                    ..Default::default()
+                },
+            })
+            .collect();
+        summarize(&mut r, &samples, 1000.0);
+        assert_eq!(r.us_median, Some(2.0));
+        assert_eq!(r.us_min, Some(1.0));
+        assert_eq!(r.wall_us_median, Some(20.0));
+        assert!((r.gbps.unwrap() - 2000.0).abs() < 1e-9);
+        assert!((r.ratio_to_ceiling.unwrap() - 2.0).abs() < 1e-12);
+        assert!((r.tflops.unwrap() - 4.0).abs() < 1e-12);
+        let g = r.graph.unwrap();
+        assert_eq!(g.nodes, 2);
+        assert_eq!(g.wall_us_per_node, 10.0);
+        assert_eq!(g.launch_us_per_node, 5.0);
+        assert_eq!(g.device_us_per_node, 1.0);
+    }
+
+    #[test]
+    fn rebasing_keeps_offsets_and_unallocated_tensors() {
+        let mut b = tandem_graph::GraphBuilder::new();
+        let x = b.new_tensor(tandem_graph::ElemType::F32, &[4]);
+        let y = b.scale(x, 2.0, 0.0);
+        let mut g = b.build();
+        g.tensors[x.index()].data = 0x1000;
+        g.tensors[y.index()].data = 0x1040;
+        let m = rebased(&g, 0x1000, 0x9000);
+        assert_eq!(m.tensor(x).data, 0x9000);
+        assert_eq!(m.tensor(y).data, 0x9040);
     }
 }

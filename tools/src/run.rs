@@ -8,7 +8,7 @@ use regex::Regex;
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
-use tandem_backend::Device;
+use tandem_backend::{Device, GraphStats};
 use tandem_graph::{Op, TensorId};
 
 pub struct TestOptions {
@@ -32,6 +32,9 @@ struct Tally {
     passed: usize,
     failed: usize,
     skipped: usize,
+    /// Nodes run by GPU kernels and by the CPU fallback (devices other than the host).
+    gpu_nodes: usize,
+    fallback_nodes: usize,
 }
 
 /// Runs the selected cases; true when at least one ran and none failed.
@@ -51,9 +54,13 @@ pub fn test_ops(dev: &Device, opts: &TestOptions) -> bool {
     let t0 = Instant::now();
     let mut per_op: BTreeMap<Op, Tally> = BTreeMap::new();
     for case in &cases {
-        let outcome = catch_unwind(AssertUnwindSafe(|| run_case(dev, case, opts.seed)))
-            .unwrap_or_else(|_| Outcome::Fail(format!("panicked: {}", take_panic())));
+        let (outcome, stats) = catch_unwind(AssertUnwindSafe(|| run_case_stats(dev, case, opts.seed)))
+            .unwrap_or_else(|_| (Outcome::Fail(format!("panicked: {}", take_panic())), None));
         let tally = per_op.entry(case.op).or_default();
+        if let Some(s) = stats {
+            tally.gpu_nodes += s.gpu_dispatches;
+            tally.fallback_nodes += s.cpu_fallback_nodes;
+        }
         match &outcome {
             Outcome::Pass(m) => {
                 tally.passed += 1;
@@ -76,8 +83,16 @@ pub fn test_ops(dev: &Device, opts: &TestOptions) -> bool {
     let mut total = Tally::default();
     println!("per op:");
     for (op, t) in &per_op {
+        let placement = if is_host(dev) {
+            String::new()
+        } else {
+            format!(
+                " (nodes: {} on GPU kernels, {} on the CPU fallback)",
+                t.gpu_nodes, t.fallback_nodes
+            )
+        };
         println!(
-            "  {:<15} {} passed, {} failed, {} skipped",
+            "  {:<15} {} passed, {} failed, {} skipped{placement}",
             op.name(),
             t.passed,
             t.failed,
@@ -99,14 +114,20 @@ pub fn test_ops(dev: &Device, opts: &TestOptions) -> bool {
 }
 
 /// Builds, fills and runs one case on `dev` and on the reference, and judges the output.
+#[cfg(test)]
 pub fn run_case(dev: &Device, case: &Case, seed: u64) -> Outcome {
+    run_case_stats(dev, case, seed).0
+}
+
+/// [`run_case`] with the device's statistics of the run, when it ran.
+fn run_case_stats(dev: &Device, case: &Case, seed: u64) -> (Outcome, Option<GraphStats>) {
     match run_case_inner(dev, case, seed) {
-        Ok(o) => o,
-        Err(why) => Outcome::Fail(why),
+        Ok((o, s)) => (o, s),
+        Err(why) => (Outcome::Fail(why), None),
     }
 }
 
-fn run_case_inner(dev: &Device, case: &Case, seed: u64) -> Result<Outcome, String> {
+fn run_case_inner(dev: &Device, case: &Case, seed: u64) -> Result<(Outcome, Option<GraphStats>), String> {
     let (graph, out, fills) = case.instantiate().map_err(|e| format!("building the graph: {e}"))?;
     for &n in &graph.nodes {
         let t = graph.tensor(n);
@@ -124,7 +145,7 @@ fn run_case_inner(dev: &Device, case: &Case, seed: u64) -> Result<Outcome, Strin
             return if is_host(dev) {
                 Err(what)
             } else {
-                Ok(Outcome::Skip(what))
+                Ok((Outcome::Skip(what), None))
             };
         }
     }
@@ -145,11 +166,18 @@ fn run_case_inner(dev: &Device, case: &Case, seed: u64) -> Result<Outcome, Strin
     }
     reference.check_sentinels().map_err(|e| format!("reference {e}"))?;
 
-    // SAFETY: as above, for the device's copy (host memory, which the host device addresses).
-    unsafe { dev.compute(&device.graph) }.map_err(|e| format!("device: {e}"))?;
+    let stats = match dev {
+        Device::Gpu(g) => {
+            let (graph, image, base) = device.image();
+            // SAFETY: every tensor lies in the instance's image with its bytes.
+            unsafe { g.compute_mirrored(graph, image, base) }.map_err(|e| format!("device: {e}"))?
+        }
+        // SAFETY: as above, for the device's copy (host memory, which the host device addresses).
+        Device::Host(_) => unsafe { dev.compute(&device.graph) }.map_err(|e| format!("device: {e}"))?,
+    };
     device.check_sentinels().map_err(|e| format!("device {e}"))?;
 
-    judge(case, &reference, &device, out).map(Outcome::Pass)
+    judge(case, &reference, &device, out).map(|m| (Outcome::Pass(m), Some(stats)))
 }
 
 fn judge(case: &Case, reference: &Instance, device: &Instance, out: TensorId) -> Result<String, String> {

@@ -1,9 +1,14 @@
 //! Launchers of the elementwise family (`kernels-hip/src/elementwise.hip`): the shape structs the
 //! kernels take by value, their launch geometry, and checks that keep every access in bounds.
+//!
+//! The `_f32` launchers run the all-f32 entries; [`launch_combine`] and [`launch_map`] run the
+//! `_any` entries, which take the op as a code and the element types (f32, f16, bf16) as ggml
+//! type ids.
 
 use super::api::{DevicePtr, LaunchConfig};
 use super::kernels::{KernelError, Kernels};
 use super::safe::{KernelArgs, Stream};
+use tandem_graph::{ElemType, GluOp, UnaryOp};
 
 pub const FAMILY: &str = "elementwise";
 const BLOCK: u32 = 256;
@@ -62,6 +67,68 @@ impl BinaryOp {
     }
 }
 
+/// What [`launch_combine`] computes: a binary op with src1 broadcast, or a GLU gate
+/// `act(x) * g` (x as src0, the gate as src1, same shape).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Combine {
+    Binary(BinaryOp),
+    Gate(GluOp),
+}
+
+impl Combine {
+    /// The op code of `tandem_binary_any` (`TANDEM_BIN_*`).
+    pub fn code(self) -> i32 {
+        match self {
+            Combine::Binary(BinaryOp::Add) => 0,
+            Combine::Binary(BinaryOp::Sub) => 1,
+            Combine::Binary(BinaryOp::Mul) => 2,
+            Combine::Binary(BinaryOp::Div) => 3,
+            Combine::Gate(GluOp::Reglu) => 16,
+            Combine::Gate(GluOp::Geglu) => 17,
+            Combine::Gate(GluOp::Swiglu) => 18,
+            Combine::Gate(GluOp::GegluErf) => 19,
+            Combine::Gate(GluOp::GegluQuick) => 20,
+        }
+    }
+}
+
+/// What [`launch_map`] computes for each element.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Map {
+    Unary(UnaryOp),
+    /// `x * scale + bias`.
+    Scale {
+        scale: f32,
+        bias: f32,
+    },
+    /// `max(min(x, max), min)`.
+    Clamp {
+        min: f32,
+        max: f32,
+    },
+}
+
+impl Map {
+    /// The op code of `tandem_unary_any` (`TANDEM_UN_*`: ggml's unary ids, then 64 and 65) and
+    /// its two float parameters.
+    pub fn code(self) -> (i32, f32, f32) {
+        match self {
+            Map::Unary(op) => (op as i32, 0.0, 0.0),
+            Map::Scale { scale, bias } => (64, scale, bias),
+            Map::Clamp { min, max } => (65, min, max),
+        }
+    }
+}
+
+/// The ggml type id the `_any` entries take for an element type they read and write (f32, f16,
+/// bf16), `None` for any other type.
+pub fn float_type_id(ty: ElemType) -> Option<i32> {
+    match ty {
+        ElemType::F32 | ElemType::F16 | ElemType::BF16 => Some(ty.ggml_id() as i32),
+        _ => None,
+    }
+}
+
 /// Byte strides of a contiguous f32 tensor of extents `ne`.
 pub fn contiguous_f32(ne: [i64; 4]) -> [i64; 4] {
     [4, 4 * ne[0], 4 * ne[0] * ne[1], 4 * ne[0] * ne[1] * ne[2]]
@@ -99,6 +166,22 @@ impl BinaryShape {
         Ok(())
     }
 }
+
+/// `tandem_add_id_shape`: dst/src0 extents and strides, src1's element and row strides, the ids'
+/// strides and src1's row count (valid ids are `0..rows_b`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AddIdShape {
+    pub ne: [i64; 4],
+    pub nba: [i64; 4],
+    pub nbd: [i64; 4],
+    pub nbb0: i64,
+    pub nbb1: i64,
+    pub nbi0: i64,
+    pub nbi1: i64,
+    pub rows_b: i64,
+}
+const _: () = assert!(std::mem::size_of::<AddIdShape>() == 136);
 
 /// Grid for extents `ne`: x covers dim 0 in blocks of 256, y the rows (dims 1..3).
 pub fn launch_config(ne: [i64; 4]) -> LaunchConfig {
@@ -183,6 +266,94 @@ pub unsafe fn launch_silu(
     unsafe { s.launch(&f, launch_config(shape.ne), &mut args) }.map_err(KernelError::Gpu)
 }
 
+fn bad_extents(call: &'static str) -> KernelError {
+    KernelError::Gpu(super::GpuError::other(call, "bad extents"))
+}
+
+/// Queues `dst = op(src0, src1)` with src1 broadcast (gates: same shape), any mix of the
+/// element types whose ggml ids `types` = [src0, src1, dst] gives (see [`float_type_id`]).
+///
+/// # Safety
+/// The three addresses hold tensors of those types laid out as `shape` says (every element
+/// reached through the strides is inside device memory of this context, aligned to its type)
+/// until the stream has run the kernel.
+pub unsafe fn launch_combine(
+    k: &Kernels,
+    s: &Stream,
+    op: Combine,
+    types: [i32; 3],
+    src0: DevicePtr,
+    src1: DevicePtr,
+    dst: DevicePtr,
+    shape: &BinaryShape,
+) -> Result<(), KernelError> {
+    shape
+        .check()
+        .map_err(|e| KernelError::Gpu(super::GpuError::other("launch_combine", e)))?;
+    if elements(shape.ne) == Some(0) {
+        return Ok(());
+    }
+    let f = k.function(FAMILY, "tandem_binary_any")?;
+    let mut args = KernelArgs::new();
+    args.push(src0).push(src1).push(dst).push(*shape);
+    args.push(op.code()).push(types[0]).push(types[1]).push(types[2]);
+    // SAFETY: the parameter list is (const char*, const char*, char*, tandem_binary_shape, int,
+    // int, int, int) and the caller vouches for the memory.
+    unsafe { s.launch(&f, launch_config(shape.ne), &mut args) }.map_err(KernelError::Gpu)
+}
+
+/// Queues `dst = f(src)` for `op`, element types `types` = [src, dst] as ggml ids.
+///
+/// # Safety
+/// As for [`launch_combine`], for `src` and `dst` laid out as `shape`.
+pub unsafe fn launch_map(
+    k: &Kernels,
+    s: &Stream,
+    op: Map,
+    types: [i32; 2],
+    src: DevicePtr,
+    dst: DevicePtr,
+    shape: &UnaryShape,
+) -> Result<(), KernelError> {
+    if elements(shape.ne).ok_or_else(|| bad_extents("launch_map"))? == 0 {
+        return Ok(());
+    }
+    let (code, p0, p1) = op.code();
+    let f = k.function(FAMILY, "tandem_unary_any")?;
+    let mut args = KernelArgs::new();
+    args.push(src).push(dst).push(*shape);
+    args.push(code).push(types[0]).push(types[1]).push(p0).push(p1);
+    // SAFETY: the parameter list is (const char*, char*, tandem_unary_shape, int, int, int,
+    // float, float) and the caller vouches for the memory.
+    unsafe { s.launch(&f, launch_config(shape.ne), &mut args) }.map_err(KernelError::Gpu)
+}
+
+/// Queues `dst = src0 + src1[:, ids]` (f32; ids i32). An id outside `0..shape.rows_b` makes its
+/// row NaN and reads nothing of src1.
+///
+/// # Safety
+/// As for [`launch_combine`]: src0 and dst laid out as `shape`, src1 holding `rows_b` rows of
+/// `ne[0]` f32 at the given strides, ids holding `ne[1] x ne[2]` i32 at theirs.
+pub unsafe fn launch_add_id(
+    k: &Kernels,
+    s: &Stream,
+    src0: DevicePtr,
+    src1: DevicePtr,
+    ids: DevicePtr,
+    dst: DevicePtr,
+    shape: &AddIdShape,
+) -> Result<(), KernelError> {
+    if elements(shape.ne).ok_or_else(|| bad_extents("launch_add_id"))? == 0 {
+        return Ok(());
+    }
+    let f = k.function(FAMILY, "tandem_add_id_f32")?;
+    let mut args = KernelArgs::new();
+    args.push(src0).push(src1).push(ids).push(dst).push(*shape);
+    // SAFETY: the parameter list is (const char*, const char*, const char*, char*,
+    // tandem_add_id_shape) and the caller vouches for the memory.
+    unsafe { s.launch(&f, launch_config(shape.ne), &mut args) }.map_err(KernelError::Gpu)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,5 +371,40 @@ mod tests {
         let rows = launch_config([1, 1 << 20, 1, 1]);
         assert_eq!(rows.grid, [1, 65_535, 1]);
         assert_eq!(contiguous_f32([3, 5, 7, 2]), [4, 12, 60, 420]);
+    }
+
+    #[test]
+    fn op_codes_match_the_kernel_defines() {
+        let src = tandem_kernels_hip::find(FAMILY).unwrap().source;
+        let binary = [
+            (Combine::Binary(BinaryOp::Add), "TANDEM_BIN_ADD"),
+            (Combine::Binary(BinaryOp::Sub), "TANDEM_BIN_SUB"),
+            (Combine::Binary(BinaryOp::Mul), "TANDEM_BIN_MUL"),
+            (Combine::Binary(BinaryOp::Div), "TANDEM_BIN_DIV"),
+            (Combine::Gate(GluOp::Reglu), "TANDEM_BIN_REGLU"),
+            (Combine::Gate(GluOp::Geglu), "TANDEM_BIN_GEGLU"),
+            (Combine::Gate(GluOp::Swiglu), "TANDEM_BIN_SWIGLU"),
+            (Combine::Gate(GluOp::GegluErf), "TANDEM_BIN_GEGLU_ERF"),
+            (Combine::Gate(GluOp::GegluQuick), "TANDEM_BIN_GEGLU_QUICK"),
+        ];
+        for (op, name) in binary {
+            let line = format!("#define {name} {}\n", op.code());
+            assert!(src.contains(&line), "{line}");
+        }
+        for op in UnaryOp::ALL {
+            let name = format!("TANDEM_UN_{} ", op.name());
+            let line = format!("#define {name}{}\n", Map::Unary(op).code().0);
+            assert!(src.contains(&line), "{line}");
+        }
+        let scale = Map::Scale { scale: 2.0, bias: 0.5 }.code();
+        assert_eq!(scale, (64, 2.0, 0.5));
+        assert!(src.contains("#define TANDEM_UN_SCALE 64\n") && src.contains("#define TANDEM_UN_CLAMP 65\n"));
+        assert_eq!(Map::Clamp { min: -1.0, max: 1.0 }.code(), (65, -1.0, 1.0));
+        for (ty, id) in [(ElemType::F32, 0), (ElemType::F16, 1), (ElemType::BF16, 30)] {
+            assert_eq!(float_type_id(ty), Some(id));
+        }
+        assert!(src.contains("#define TANDEM_EW_BF16 30\n"));
+        assert_eq!(float_type_id(ElemType::Q8_0), None);
+        assert_eq!(float_type_id(ElemType::I32), None);
     }
 }

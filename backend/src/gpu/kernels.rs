@@ -83,6 +83,8 @@ pub struct Kernels {
     compiler: Arc<dyn KernelCompiler>,
     cache: Arc<KernelCache>,
     modules: Mutex<HashMap<&'static str, Arc<Module>>>,
+    /// Entry points already looked up, so a launch costs no driver lookup.
+    functions: Mutex<HashMap<(String, String), Function>>,
     records: Mutex<Vec<LoadRecord>>,
 }
 
@@ -93,6 +95,7 @@ impl Kernels {
             compiler,
             cache,
             modules: Mutex::new(HashMap::new()),
+            functions: Mutex::new(HashMap::new()),
             records: Mutex::new(Vec::new()),
         }
     }
@@ -125,7 +128,16 @@ impl Kernels {
 
     /// The entry point `entry` of `family`.
     pub fn function(&self, family: &str, entry: &str) -> Result<Function, KernelError> {
-        Ok(self.module(family)?.function(entry)?)
+        let key = (family.to_string(), entry.to_string());
+        if let Some(f) = self.functions.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+            return Ok(f.clone());
+        }
+        let f = self.module(family)?.function(entry)?;
+        self.functions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, f.clone());
+        Ok(f)
     }
 
     /// Loads every catalog family (`tandem kernels --build`); one result per family.

@@ -8,11 +8,14 @@
 pub mod api;
 pub mod check;
 pub mod cuda;
+pub mod device;
 pub mod elementwise;
+pub mod exec;
 pub mod hip;
 pub mod jit;
 pub mod kernels;
 pub(crate) mod loader;
+pub mod memory;
 pub mod ops;
 pub mod probe;
 pub mod registry;
@@ -22,11 +25,14 @@ pub mod safe;
 pub use api::{
     CompileError, DeviceInfo, DevicePtr, GpuError, GpuResult, GpuRuntime, KernelCompiler, LaunchConfig, RuntimeKind,
 };
+pub use device::GpuDevice;
 pub use jit::{KernelCache, Origin};
 pub use kernels::{KernelError, Kernels};
 pub use loader::LibReport;
+pub use memory::{DeviceAlloc, MemKind, PinnedAlloc};
 pub use probe::{probe, ProbeReport, RuntimeChoice, RuntimeReport};
 pub use safe::{Context, DeviceBuffer, Event, Function, KernelArgs, Module, PinnedHostBuffer, Stream};
+pub use tandem_kernels_hip::{catalog, KernelSource};
 
 use std::sync::{Arc, OnceLock};
 

@@ -1,6 +1,7 @@
 use crate::KernelSource;
 
-/// Elementwise f32: binary ops with broadcasting, scale, silu.
+/// Elementwise: binary ops with broadcasting and the GLU gates, every UNARY sub-op, SCALE, CLAMP
+/// (f32/f16/bf16 through the `_any` entries) and ADD_ID.
 pub(crate) const FAMILIES: &[KernelSource] = &[KernelSource {
     family: "elementwise",
     file: "elementwise.hip",
@@ -10,8 +11,11 @@ pub(crate) const FAMILIES: &[KernelSource] = &[KernelSource {
         "tandem_sub_f32",
         "tandem_mul_f32",
         "tandem_div_f32",
+        "tandem_binary_any",
         "tandem_scale_f32",
         "tandem_silu_f32",
+        "tandem_unary_any",
+        "tandem_add_id_f32",
     ],
     options: &[],
 }];

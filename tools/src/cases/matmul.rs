@@ -1,5 +1,5 @@
-//! MUL_MAT over every weight type (odd m, n = 1..8 and 16, k at several block multiples,
-//! broadcast batches, permuted src1) and MUL_MAT_ID.
+//! MUL_MAT over every weight type (odd m, n = 1..8, 9, 16 and 65, k at several block multiples and
+//! one past 4096, broadcast batches, permuted src1) and MUL_MAT_ID.
 
 use super::{Case, Fill, Setup};
 use tandem_graph::{ElemType, Op};
@@ -67,6 +67,14 @@ pub fn cases(v: &mut Vec<Case>) {
         // At least 16 outputs per case: NMSE over a handful of dot products is dominated by
         // whichever one happens to land near zero.
         for (m, n) in [(1, 16), (16, 1), (16, 5), (129, 1), (129, 5), (255, 2)] {
+            v.push(mul_mat(ty, m, k[1], n, [1, 1], [1, 1]));
+        }
+        // Rows longer than one 4096-weight GPU staging chunk (16-byte-aligned rows for every type).
+        for n in [1, 8] {
+            v.push(mul_mat(ty, 64, 4608, n, [1, 1], [1, 1]));
+        }
+        // Prefill widths: partial 64 x 64 GEMM tiles in both dimensions, and 9 columns.
+        for (m, n) in [(129, 65), (64, 9)] {
             v.push(mul_mat(ty, m, k[1], n, [1, 1], [1, 1]));
         }
         for (batch, bcast) in [

@@ -1,4 +1,5 @@
-//! NORM and RMS_NORM: odd and model-sized rows, two epsilons, permuted input, in place.
+//! NORM and RMS_NORM: odd and model-sized rows, two epsilons, permuted input, in place; and a
+//! norm followed by the MUL by a weight (the pair a GPU may fuse), judged on the MUL's result.
 
 use super::{dims, Case, Setup};
 use tandem_graph::{ElemType, Op};
@@ -29,6 +30,31 @@ fn norm(op: Op, ne: [i64; 4], eps: f32, permuted: bool, inplace: bool) -> Case {
     })
 }
 
+/// `norm(x) * w` (`w` of extents `wne`, repeated over x), or `w * norm(x)` when `w_first`
+/// (then `w` has x's extents).
+fn norm_mul(op: Op, ne: [i64; 4], wne: [i64; 4], w_first: bool) -> Case {
+    let name = format!(
+        "MUL({op}(ne={},eps=1e-6),w={}{})",
+        dims(&ne),
+        dims(&wne),
+        if w_first { ",w_first" } else { "" }
+    );
+    Case::new(Op::Mul, name, move |s: &mut Setup| {
+        let x = s.input(ElemType::F32, &ne)?;
+        let w = s.input(ElemType::F32, &wne)?;
+        let n = if op == Op::Norm {
+            s.g.norm(x, 1e-6)
+        } else {
+            s.g.rms_norm(x, 1e-6)
+        };
+        if w_first {
+            s.g.mul(w, n)
+        } else {
+            s.g.mul(n, w)
+        }
+    })
+}
+
 pub fn cases(v: &mut Vec<Case>) {
     for op in [Op::Norm, Op::RmsNorm] {
         for ne in [
@@ -47,5 +73,10 @@ pub fn cases(v: &mut Vec<Case>) {
         }
         v.push(norm(op, [64, 5, 3, 1], 1e-6, true, false));
         v.push(norm(op, [128, 4, 1, 1], 1e-6, false, true));
+    }
+    for op in [Op::Norm, Op::RmsNorm] {
+        v.push(norm_mul(op, [4096, 5, 1, 1], [4096, 1, 1, 1], false));
+        v.push(norm_mul(op, [67, 3, 2, 1], [67, 1, 2, 1], false));
+        v.push(norm_mul(op, [256, 4, 1, 1], [256, 4, 1, 1], true));
     }
 }

@@ -1,9 +1,16 @@
 //! The perf-ops cases: model-sized shapes (an 8B-class decoder: hidden 4096, FFN 14336, 32
-//! heads of 128, 8 KV heads, 32000-token vocabulary).
+//! heads of 128, 8 KV heads, 32000-token vocabulary; a 128-expert MoE with hidden 2048 and
+//! expert FFN 768, top-8), plus a decode-like chain of small nodes for per-node overhead.
 
 use super::{Case, Fill, Setup};
 use tandem_graph::params::RopeParams;
-use tandem_graph::{ElemType, GluOp, Op};
+use tandem_graph::{ElemType, GluOp, Op, UnaryOp};
+
+/// Layers of the decode-like chain; eight nodes each.
+pub const CHAIN_LAYERS: usize = 64;
+pub const CHAIN_NODES_PER_LAYER: usize = 8;
+/// Name prefix of the chain case (its op is ADD, its last node).
+pub const CHAIN_NAME: &str = "DECODE_CHAIN";
 
 fn mul_mat(ty: ElemType, m: i64, k: i64, n: i64) -> Case {
     let name = format!("MUL_MAT(type={ty},m={m},k={k},n={n})");
@@ -33,7 +40,62 @@ fn row(ty: ElemType, ne0: i64) -> usize {
     ty.row_size(ne0).unwrap_or(0)
 }
 
-pub fn cases() -> Vec<Case> {
+/// MUL_MAT_ID as a MoE FFN's gate/up projection: `experts` matrices of `m x k`, `used` of them
+/// per token, `tokens` tokens sharing one activation row per token.
+fn mul_mat_id(ty: ElemType, m: i64, k: i64, experts: i64, used: i64, tokens: i64) -> Case {
+    let name = format!("MUL_MAT_ID(type={ty},m={m},k={k},experts={experts},used={used},tokens={tokens})");
+    // Experts read: every one a token picks. With distinct random picks per token, the chance
+    // that some expert stays unpicked is below experts * (1 - used/experts)^tokens; count all
+    // once that is under 1e-6, else (one token) the `used` ones.
+    let untouched = experts as f64 * (1.0 - used as f64 / experts as f64).powi(tokens as i32);
+    let read = if untouched < 1e-6 {
+        experts
+    } else {
+        used.min(experts) * tokens.min(experts)
+    };
+    let bytes = read as usize * m as usize * row(ty, k)
+        + (k * tokens) as usize * 4
+        + (used * tokens) as usize * 4
+        + (m * used * tokens) as usize * 4;
+    Case::new(Op::MulMatId, name, move |s: &mut Setup| {
+        let a = s.input(ty, &[k, m, experts])?;
+        let b = s.input(ElemType::F32, &[k, 1, tokens])?;
+        let ids = s.input_with(ElemType::I32, &[used, tokens], Fill::DistinctIndex(experts))?;
+        s.g.mul_mat_id(a, b, ids)
+    })
+    .with_flops(2.0 * (m * k * used * tokens) as f64)
+    .with_bytes(bytes)
+}
+
+/// A decode step's small-node skeleton on one token: per layer RMS_NORM, MUL (norm weight),
+/// SCALE, ADD (residual), RMS_NORM, MUL, UNARY(SILU), ADD; every tensor 4096x1 f32. Its time
+/// per node is the executor's launch overhead, not arithmetic.
+fn decode_chain(layers: usize) -> Case {
+    let name = format!(
+        "{CHAIN_NAME}(layers={layers},nodes={},ne=4096x1)",
+        layers * CHAIN_NODES_PER_LAYER
+    );
+    Case::new(Op::Add, name, move |s: &mut Setup| {
+        let mut x = s.input(ElemType::F32, &[4096, 1])?;
+        for _ in 0..layers {
+            let g1 = s.input(ElemType::F32, &[4096])?;
+            let g2 = s.input(ElemType::F32, &[4096])?;
+            let n = s.g.rms_norm(x, 1e-5);
+            let n = s.g.mul(n, g1)?;
+            let a = s.g.scale(n, 0.5, 0.0);
+            x = s.g.add(x, a)?;
+            let f = s.g.rms_norm(x, 1e-5);
+            let f = s.g.mul(f, g2)?;
+            let u = s.g.unary(f, UnaryOp::Silu)?;
+            x = s.g.add(x, u)?;
+        }
+        Ok(x)
+    })
+}
+
+/// The cases; `batched` adds those that are slow on a CPU (MUL_MAT and MUL_MAT_ID at 512 tokens),
+/// which perf-ops runs on GPU devices only.
+pub fn cases(batched: bool) -> Vec<Case> {
     let mut v = Vec::new();
     for ty in [
         ElemType::F16,
@@ -49,6 +111,20 @@ pub fn cases() -> Vec<Case> {
         v.push(mul_mat(ty, 4096, 14336, 1));
     }
     v.push(mul_mat(ElemType::Q6K, 32000, 4096, 1));
+    // Narrow GEMVs (attention projections, small models): too few rows to fill a big GPU.
+    for m in [1024, 2048, 3072] {
+        v.push(mul_mat(ElemType::Q4_0, m, 4096, 1));
+    }
+    v.push(mul_mat(ElemType::Q4_0, 4096, 4096, 1));
+    if batched {
+        for ty in [ElemType::Q4_0, ElemType::Q8_0, ElemType::F16] {
+            v.push(mul_mat(ty, 14336, 4096, 512));
+        }
+    }
+    v.push(mul_mat_id(ElemType::Q4_0, 768, 2048, 128, 8, 1));
+    if batched {
+        v.push(mul_mat_id(ElemType::Q4_0, 768, 2048, 128, 8, 512));
+    }
     v.push(
         Case::new(
             Op::MulMatId,
@@ -123,5 +199,50 @@ pub fn cases() -> Vec<Case> {
         let a = s.input_with(ElemType::F32, &[32000, 1], Fill::Distinct)?;
         s.g.top_k(a, 40)
     }));
+    v.push(decode_chain(CHAIN_LAYERS));
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn cases_build_with_unique_names() {
+        let all = cases(true);
+        assert!(all.len() > cases(false).len());
+        let mut names = HashSet::new();
+        for c in &all {
+            assert!(names.insert(c.name.clone()), "duplicate {}", c.name);
+            let (g, out, _) = c.instantiate().unwrap_or_else(|e| panic!("{}: {e}", c.name));
+            assert_eq!(g.tensor(out).op, c.op, "{}", c.name);
+        }
+        for want in [
+            "MUL_MAT(type=q4_0,m=1024,k=4096,n=1)",
+            "MUL_MAT(type=f16,m=14336,k=4096,n=512)",
+            "MUL_MAT_ID(type=q4_0,m=768,k=2048,experts=128,used=8,tokens=512)",
+        ] {
+            assert!(names.contains(want), "missing {want}");
+        }
+    }
+
+    #[test]
+    fn decode_chain_has_over_512_small_nodes() {
+        let c = decode_chain(CHAIN_LAYERS);
+        let (g, _, _) = c.instantiate().unwrap();
+        assert_eq!(g.nodes.len(), CHAIN_LAYERS * CHAIN_NODES_PER_LAYER);
+        assert!(g.nodes.len() >= 512);
+        assert!(g.nodes.iter().all(|&n| g.tensor(n).nelements() == 4096));
+    }
+
+    #[test]
+    fn mul_mat_id_counts_the_experts_it_reads() {
+        let one = mul_mat_id(ElemType::Q4_0, 768, 2048, 128, 8, 1);
+        let all = mul_mat_id(ElemType::Q4_0, 768, 2048, 128, 8, 512);
+        let w = 768 * row(ElemType::Q4_0, 2048);
+        assert_eq!(one.bytes.unwrap(), 8 * w + 2048 * 4 + 8 * 4 + 768 * 8 * 4);
+        assert!(all.bytes.unwrap() >= 128 * w);
+        assert!(all.bytes.unwrap() < 129 * w + (2048 * 512 + 8 * 512 + 768 * 8 * 512) * 4);
+    }
 }

@@ -1,3 +1,386 @@
-use crate::gpu::registry::Registration;
+//! MUL_MAT and MUL_MAT_ID registrations over the 14 weight types (f32, f16, bf16, q4_0, q4_1,
+//! q5_0, q5_1, q8_0, q2_K .. q6_K, iq4_nl) with f32 activations:
+//! - `hip.gemv_<type>`: 1..8 columns (decode); quantized weights use q8_1 activations;
+//! - `hip.mul_mat_<type>`: more than 8 columns (prefill), the tiled GEMM;
+//! - `hip.mul_mat_id_<type>`: MUL_MAT_ID in GEMV form (each slot reads its expert's rows).
+//!
+//! Predicates start from the CPU's own shape rules (`tandem_ops::cpu::check`: types, the
+//! MUL_MAT hint, broadcastable batches, contiguous weight rows and dst) and add what the kernels
+//! need: f32 src1 (contiguous rows for float weights, which read it directly), non-empty
+//! extents, grids within every device's limits, and a bounded q8_1 scratch copy.
 
-pub const REGISTRATIONS: &[Registration] = &[];
+use super::matmul_launch::{
+    launch_gemm, launch_gemv, launch_mul_mat_id, mul_mat_fits, q8_1_layout, uses_q8_1, MulMatIdShape, MulMatShape,
+    Q8Shape, GEMV_MAX_COLUMNS, MAX_GRID_X, MAX_GRID_YZ,
+};
+use crate::gpu::kernels::KernelError;
+use crate::gpu::registry::{LaunchCtx, Node, Registration};
+use tandem_graph::{ElemType, Op, Tensor};
+
+/// Which kernel shape a MUL_MAT predicate stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Form {
+    Gemv,
+    Gemm,
+}
+
+/// The element sizes the kernels read with: f32 src1/dst, weight rows at 2-byte granularity
+/// (4 for f32), so every stride must keep those alignments.
+fn strides_aligned(t: &Tensor, to: usize) -> bool {
+    t.nb.iter().all(|&b| b.is_multiple_of(to))
+}
+
+fn weight_alignment(ty: ElemType) -> usize {
+    if ty == ElemType::F32 {
+        4
+    } else {
+        2
+    }
+}
+
+/// The MUL_MAT node (src0 of type `ty`, f32 src1) if the kernels of `form` run it exactly.
+fn mul_mat_accepts(node: &Node<'_>, ty: ElemType, form: Form) -> bool {
+    let dst = node.dst;
+    if dst.op != Op::MulMat {
+        return false;
+    }
+    let (Some(w), Some(x)) = (node.src(0), node.src(1)) else {
+        return false;
+    };
+    if w.ty != ty || x.ty != ElemType::F32 || dst.ty != ElemType::F32 {
+        return false;
+    }
+    if tandem_ops::cpu::check(dst, &node.srcs).is_err() {
+        return false;
+    }
+    if dst.nelements() == 0 || w.ne[0] <= 0 {
+        return false;
+    }
+    if !strides_aligned(w, weight_alignment(ty)) || !strides_aligned(x, 4) || !strides_aligned(dst, 4) {
+        return false;
+    }
+    let Some(s) = MulMatShape::new(dst, w, x) else {
+        return false;
+    };
+    if !mul_mat_fits(&s) {
+        return false;
+    }
+    let reads_src1_rows = !uses_q8_1(ty) || form == Form::Gemm;
+    if reads_src1_rows && x.nb[0] != 4 {
+        return false;
+    }
+    match form {
+        Form::Gemv => {
+            if s.n < 1 || s.n > GEMV_MAX_COLUMNS {
+                return false;
+            }
+            if uses_q8_1(ty) && q8_1_layout(Q8Shape::of(x).columns(), s.k).is_none() {
+                return false;
+            }
+        }
+        Form::Gemm => {
+            if s.n <= GEMV_MAX_COLUMNS {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// The MUL_MAT_ID node (experts of type `ty`, f32 src1, i32 ids) if the GEMV-form kernel runs it.
+fn mul_mat_id_accepts(node: &Node<'_>, ty: ElemType) -> bool {
+    let dst = node.dst;
+    if dst.op != Op::MulMatId {
+        return false;
+    }
+    let (Some(w), Some(x), Some(ids)) = (node.src(0), node.src(1), node.src(2)) else {
+        return false;
+    };
+    if w.ty != ty || x.ty != ElemType::F32 || ids.ty != ElemType::I32 || dst.ty != ElemType::F32 {
+        return false;
+    }
+    if tandem_ops::cpu::check(dst, &node.srcs).is_err() {
+        return false;
+    }
+    if dst.nelements() == 0 || w.ne[0] <= 0 || w.ne[2] <= 0 {
+        return false;
+    }
+    if !strides_aligned(w, weight_alignment(ty))
+        || !strides_aligned(x, 4)
+        || !strides_aligned(ids, 4)
+        || !strides_aligned(dst, 4)
+    {
+        return false;
+    }
+    let s = MulMatIdShape::new(dst, w, x, ids);
+    if s.m > MAX_GRID_X || s.slots() > MAX_GRID_YZ || s.n_b <= 0 {
+        return false;
+    }
+    if uses_q8_1(ty) {
+        q8_1_layout(Q8Shape::of(x).columns(), s.k).is_some()
+    } else {
+        x.nb[0] == 4
+    }
+}
+
+fn ty_of(id: u32) -> Option<ElemType> {
+    ElemType::from_ggml(id)
+}
+
+fn accepts_gemv<const T: u32>(node: &Node<'_>, _next: Option<&Node<'_>>) -> bool {
+    ty_of(T).is_some_and(|ty| mul_mat_accepts(node, ty, Form::Gemv))
+}
+
+fn accepts_gemm<const T: u32>(node: &Node<'_>, _next: Option<&Node<'_>>) -> bool {
+    ty_of(T).is_some_and(|ty| mul_mat_accepts(node, ty, Form::Gemm))
+}
+
+fn accepts_mul_mat_id<const T: u32>(node: &Node<'_>, _next: Option<&Node<'_>>) -> bool {
+    ty_of(T).is_some_and(|ty| mul_mat_id_accepts(node, ty))
+}
+
+/// # Safety
+/// [`crate::gpu::registry::Launch`]'s contract.
+unsafe fn gemv(ctx: &LaunchCtx<'_>, node: &Node<'_>, _next: Option<&Node<'_>>) -> Result<(), KernelError> {
+    // SAFETY: forwarded.
+    unsafe { launch_gemv(ctx, node) }
+}
+
+/// # Safety
+/// [`crate::gpu::registry::Launch`]'s contract.
+unsafe fn gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>, _next: Option<&Node<'_>>) -> Result<(), KernelError> {
+    // SAFETY: forwarded.
+    unsafe { launch_gemm(ctx, node) }
+}
+
+/// # Safety
+/// [`crate::gpu::registry::Launch`]'s contract.
+unsafe fn mul_mat_id(ctx: &LaunchCtx<'_>, node: &Node<'_>, _next: Option<&Node<'_>>) -> Result<(), KernelError> {
+    // SAFETY: forwarded.
+    unsafe { launch_mul_mat_id(ctx, node) }
+}
+
+macro_rules! registrations {
+    ($($ty:ident: $gemv:literal, $gemm:literal, $mmid:literal;)*) => {
+        &[
+            $(Registration {
+                name: $gemv,
+                op: Op::MulMat,
+                fuses: None,
+                accepts: accepts_gemv::<{ ElemType::$ty as u32 }>,
+                launch: gemv,
+            },)*
+            $(Registration {
+                name: $gemm,
+                op: Op::MulMat,
+                fuses: None,
+                accepts: accepts_gemm::<{ ElemType::$ty as u32 }>,
+                launch: gemm,
+            },)*
+            $(Registration {
+                name: $mmid,
+                op: Op::MulMatId,
+                fuses: None,
+                accepts: accepts_mul_mat_id::<{ ElemType::$ty as u32 }>,
+                launch: mul_mat_id,
+            },)*
+        ]
+    };
+}
+
+pub const REGISTRATIONS: &[Registration] = registrations! {
+    F32: "hip.gemv_f32", "hip.mul_mat_f32", "hip.mul_mat_id_f32";
+    F16: "hip.gemv_f16", "hip.mul_mat_f16", "hip.mul_mat_id_f16";
+    BF16: "hip.gemv_bf16", "hip.mul_mat_bf16", "hip.mul_mat_id_bf16";
+    Q4_0: "hip.gemv_q4_0", "hip.mul_mat_q4_0", "hip.mul_mat_id_q4_0";
+    Q4_1: "hip.gemv_q4_1", "hip.mul_mat_q4_1", "hip.mul_mat_id_q4_1";
+    Q5_0: "hip.gemv_q5_0", "hip.mul_mat_q5_0", "hip.mul_mat_id_q5_0";
+    Q5_1: "hip.gemv_q5_1", "hip.mul_mat_q5_1", "hip.mul_mat_id_q5_1";
+    Q8_0: "hip.gemv_q8_0", "hip.mul_mat_q8_0", "hip.mul_mat_id_q8_0";
+    Q2K: "hip.gemv_q2_K", "hip.mul_mat_q2_K", "hip.mul_mat_id_q2_K";
+    Q3K: "hip.gemv_q3_K", "hip.mul_mat_q3_K", "hip.mul_mat_id_q3_K";
+    Q4K: "hip.gemv_q4_K", "hip.mul_mat_q4_K", "hip.mul_mat_id_q4_K";
+    Q5K: "hip.gemv_q5_K", "hip.mul_mat_q5_K", "hip.mul_mat_id_q5_K";
+    Q6K: "hip.gemv_q6_K", "hip.mul_mat_q6_K", "hip.mul_mat_id_q6_K";
+    IQ4NL: "hip.gemv_iq4_nl", "hip.mul_mat_iq4_nl", "hip.mul_mat_id_iq4_nl";
+};
+
+#[cfg(test)]
+mod tests {
+    use super::super::matmul_launch::{entries, gemm_config, gemv_config, quantize_config, GEMM_FAMILY, GEMV_FAMILY};
+    use super::*;
+    use tandem_graph::{Graph, GraphBuilder, TensorId};
+
+    const TYPES: [ElemType; 14] = [
+        ElemType::F32,
+        ElemType::F16,
+        ElemType::BF16,
+        ElemType::Q4_0,
+        ElemType::Q4_1,
+        ElemType::Q5_0,
+        ElemType::Q5_1,
+        ElemType::Q8_0,
+        ElemType::Q2K,
+        ElemType::Q3K,
+        ElemType::Q4K,
+        ElemType::Q5K,
+        ElemType::Q6K,
+        ElemType::IQ4NL,
+    ];
+
+    fn k_for(ty: ElemType) -> i64 {
+        if ty.block_size() == 256 {
+            512
+        } else {
+            96
+        }
+    }
+
+    /// The registrations (by name) that accept node `id` of `g`.
+    fn chosen(g: &Graph, id: TensorId) -> Vec<&'static str> {
+        let node = Node {
+            dst: g.tensor(id),
+            srcs: g.srcs(id),
+        };
+        REGISTRATIONS
+            .iter()
+            .filter(|r| r.op == node.dst.op && (r.accepts)(&node, None))
+            .map(|r| r.name)
+            .collect()
+    }
+
+    fn mul_mat(ty: ElemType, k: i64, m: i64, n: i64, batch: [i64; 2], bcast: [i64; 2]) -> (Graph, TensorId) {
+        let mut b = GraphBuilder::new();
+        let w = b.new_tensor(ty, &[k, m, batch[0], batch[1]]);
+        let x = b.new_tensor(ElemType::F32, &[k, n, batch[0] * bcast[0], batch[1] * bcast[1]]);
+        let d = b.mul_mat(w, x).unwrap();
+        (b.build(), d)
+    }
+
+    #[test]
+    fn each_type_has_exactly_one_kernel_per_column_count() {
+        for ty in TYPES {
+            let k = k_for(ty);
+            for n in [1, 3, 8] {
+                let (g, d) = mul_mat(ty, k, 67, n, [1, 1], [1, 1]);
+                assert_eq!(chosen(&g, d), vec![format!("hip.gemv_{}", ty.name())], "{ty} n={n}");
+            }
+            for n in [9, 16, 300] {
+                let (g, d) = mul_mat(ty, k, 67, n, [2, 1], [1, 3]);
+                assert_eq!(chosen(&g, d), vec![format!("hip.mul_mat_{}", ty.name())], "{ty} n={n}");
+            }
+            let (g, d) = mul_mat(ty, k, 33, 4, [2, 2], [3, 2]);
+            assert_eq!(chosen(&g, d).len(), 1, "{ty} broadcast");
+        }
+    }
+
+    #[test]
+    fn declines_what_the_kernels_do_not_do() {
+        // f16 activations.
+        let mut b = GraphBuilder::new();
+        let w = b.new_tensor(ElemType::Q4_0, &[64, 8]);
+        let x = b.new_tensor(ElemType::F16, &[64, 2]);
+        let d = b.mul_mat(w, x).unwrap();
+        let g = b.build();
+        assert!(chosen(&g, d).is_empty());
+        // A MUL_MAT hint.
+        let (mut g, d) = mul_mat(ElemType::Q8_0, 64, 8, 1, [1, 1], [1, 1]);
+        g.tensor_mut(d).set_param_i32(1, 1);
+        assert!(chosen(&g, d).is_empty());
+        // Too many batches for grid.y.
+        let (g, d) = mul_mat(ElemType::F16, 16, 4, 1, [70_000, 1], [1, 1]);
+        assert!(chosen(&g, d).is_empty());
+        // Empty output.
+        let (g, d) = mul_mat(ElemType::Q4K, 256, 0, 1, [1, 1], [1, 1]);
+        assert!(chosen(&g, d).is_empty());
+        // A type without a kernel (q8_1 is activation-only).
+        let (g, d) = mul_mat(ElemType::Q8_1, 64, 4, 1, [1, 1], [1, 1]);
+        assert!(chosen(&g, d).is_empty());
+    }
+
+    #[test]
+    fn permuted_and_transposed_activations() {
+        for ty in [ElemType::Q4_0, ElemType::F16, ElemType::Q6K] {
+            let k = k_for(ty);
+            // Rows stay contiguous: every kernel reads it.
+            let mut b = GraphBuilder::new();
+            let w = b.new_tensor(ty, &[k, 19, 3]);
+            let x0 = b.new_tensor(ElemType::F32, &[k, 3, 5]);
+            let x = b.permute(x0, [0, 2, 1, 3]).unwrap();
+            let d = b.mul_mat(w, x).unwrap();
+            let g = b.build();
+            assert_eq!(chosen(&g, d), vec![format!("hip.gemv_{}", ty.name())]);
+            // Elements of a row strided: only the q8_1 quantizer reads that.
+            let mut b = GraphBuilder::new();
+            let w = b.new_tensor(ty, &[k, 19]);
+            let x0 = b.new_tensor(ElemType::F32, &[2, k]);
+            let x = b.permute(x0, [1, 0, 2, 3]).unwrap();
+            let d = b.mul_mat(w, x).unwrap();
+            let g = b.build();
+            let want: Vec<String> = if ty.is_quantized() {
+                vec![format!("hip.gemv_{}", ty.name())]
+            } else {
+                vec![]
+            };
+            assert_eq!(chosen(&g, d), want, "{ty}");
+        }
+    }
+
+    #[test]
+    fn mul_mat_id_accepts_each_type() {
+        for ty in TYPES {
+            let k = k_for(ty);
+            let mut b = GraphBuilder::new();
+            let w = b.new_tensor(ty, &[k, 33, 8]);
+            let x = b.new_tensor(ElemType::F32, &[k, 2, 5]);
+            let ids = b.new_tensor(ElemType::I32, &[4, 5]);
+            let d = b.mul_mat_id(w, x, ids).unwrap();
+            let g = b.build();
+            assert_eq!(chosen(&g, d), vec![format!("hip.mul_mat_id_{}", ty.name())]);
+            let s = MulMatIdShape::new(g.tensor(d), g.tensor(w), g.tensor(x), g.tensor(ids));
+            assert_eq!((s.n_used, s.n_tokens, s.n_b, s.slots()), (4, 5, 2, 20));
+            assert_eq!(s.nb2 as usize, g.tensor(d).nb[2]);
+        }
+    }
+
+    #[test]
+    fn shapes_geometry_and_entries() {
+        let (g, d) = mul_mat(ElemType::Q4_0, 4096, 1024, 3, [2, 1], [2, 1]);
+        let (dst, srcs) = (g.tensor(d), g.srcs(d));
+        let s = MulMatShape::new(dst, srcs[0].unwrap(), srcs[1].unwrap()).unwrap();
+        assert_eq!((s.k, s.m, s.n, s.ne12, s.ne13, s.r2, s.r3), (4096, 1024, 3, 4, 1, 2, 1));
+        assert_eq!((s.nb01, s.nb10, s.nb11), (2304, 4, 16384));
+        assert_eq!((s.nb1, s.nb2), (4096, 4096 * 3));
+        let c = gemv_config(s.m, s.batches());
+        assert_eq!((c.grid, c.block), ([256, 4, 1], [128, 1, 1]));
+        // Every row is covered, the last block partly.
+        assert_eq!(gemv_config(1025, 1).grid, [257, 1, 1]);
+        assert_eq!(gemv_config(3, 7).grid, [1, 7, 1]);
+        let q = Q8Shape::of(srcs[1].unwrap());
+        assert_eq!(q.columns(), 12);
+        assert_eq!(quantize_config(&q).grid, [16, 12, 1]);
+        // q8_1 copy: 12 columns of 4096 values, then 128 pairs of f32 per column.
+        assert_eq!(q8_1_layout(12, 4096), Some((12 * 4096, 12 * 4096 + 12 * 128 * 8)));
+        assert_eq!(q8_1_layout(1, 48), None);
+        assert_eq!(q8_1_layout(i64::MAX, 4096), None);
+        let gs = MulMatShape {
+            n: 300,
+            m: 67,
+            ne12: 3,
+            ne13: 2,
+            ..s
+        };
+        let c = gemm_config(&gs);
+        assert_eq!((c.grid, c.block), ([5, 2, 6], [256, 1, 1]));
+        let gemv_src = tandem_kernels_hip::find(GEMV_FAMILY).unwrap();
+        let gemm_src = tandem_kernels_hip::find(GEMM_FAMILY).unwrap();
+        assert!(gemv_src.entries.contains(&"tandem_quantize_q8_1"));
+        for ty in TYPES {
+            let e = entries(ty).unwrap();
+            assert!(e[..3].iter().all(|n| gemv_src.entries.contains(n)), "{ty}");
+            assert!(gemm_src.entries.contains(&e[3]), "{ty}");
+            assert!(e.iter().all(|n| n.contains(ty.name())));
+        }
+        assert!(entries(ElemType::Q8K).is_none());
+    }
+}

@@ -1,0 +1,457 @@
+//! A GPU device (`TANDEM<n>`): its context, kernels, registry, memory map, CPU fallback pool
+//! and the one stream its graphs run on.
+
+use super::api::{DeviceInfo, DevicePtr, GpuError, GpuResult};
+use super::exec::{self, GpuPlan, GpuStep};
+use super::kernels::Kernels;
+use super::memory::{DeviceAlloc, MemKind, MemoryMap, PinnedAlloc};
+use super::registry::{LaunchCtx, Node, Registry, Scratch};
+use super::safe::{Context, Stream};
+use super::{GpuBackend, KernelCache};
+use crate::config::Config;
+use crate::executor::ExecError;
+use crate::stats::GraphStats;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use tandem_graph::{Graph, Tensor};
+use tandem_ops::{CpuContext, Srcs};
+
+/// Plans kept per device before the cache is cleared.
+const PLAN_CACHE_CAP: usize = 256;
+
+pub struct GpuDevice {
+    index: usize,
+    name: String,
+    ctx: Arc<Context>,
+    kernels: Kernels,
+    registry: Registry,
+    mem: Arc<MemoryMap>,
+    cpu: CpuContext,
+    exec: Mutex<ExecState>,
+}
+
+struct ExecState {
+    stream: Stream,
+    scratch: Scratch,
+    staging: Option<PinnedAlloc>,
+    plans: HashMap<u64, Arc<GpuPlan>>,
+}
+
+impl GpuDevice {
+    /// Opens device `ordinal` of `backend` as `TANDEM<index>`.
+    pub fn new(backend: &GpuBackend, ordinal: usize, index: usize, threads: usize) -> GpuResult<GpuDevice> {
+        let ctx = Context::new(backend.runtime.clone(), ordinal)?;
+        let stream = ctx.stream()?;
+        let kernels = Kernels::new(ctx.clone(), backend.compiler.clone(), KernelCache::global());
+        Ok(GpuDevice {
+            index,
+            name: format!("TANDEM{index}"),
+            kernels,
+            registry: Registry::new(Config::get()),
+            mem: Arc::new(MemoryMap::default()),
+            cpu: CpuContext::new(threads),
+            exec: Mutex::new(ExecState {
+                stream,
+                scratch: Scratch::new(ctx.clone()),
+                staging: None,
+                plans: HashMap::new(),
+            }),
+            ctx,
+        })
+    }
+
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn info(&self) -> &DeviceInfo {
+        self.ctx.info()
+    }
+
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    pub fn kernels(&self) -> &Kernels {
+        &self.kernels
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    pub fn cpu(&self) -> &CpuContext {
+        &self.cpu
+    }
+
+    pub fn memory_map(&self) -> &Arc<MemoryMap> {
+        &self.mem
+    }
+
+    pub fn description(&self) -> String {
+        let i = self.info();
+        format!(
+            "{} ({}, {} CUs, {} MiB)",
+            i.name,
+            i.arch,
+            i.compute_units,
+            i.total_memory >> 20
+        )
+    }
+
+    /// (free, total) device memory.
+    pub fn memory(&self) -> (u64, u64) {
+        self.ctx
+            .mem_info()
+            .unwrap_or((self.info().total_memory, self.info().total_memory))
+    }
+
+    /// Device memory, registered so graphs placed in it are recognised.
+    pub fn alloc(&self, len: usize) -> GpuResult<DeviceAlloc> {
+        DeviceAlloc::new(&self.ctx, &self.mem, len)
+    }
+
+    /// Pinned host memory mapped into the device, registered likewise.
+    pub fn alloc_pinned(&self, len: usize) -> GpuResult<PinnedAlloc> {
+        PinnedAlloc::new(&self.ctx, &self.mem, len)
+    }
+
+    /// Where `addr..addr+len` lives for this device.
+    pub fn kind_of(&self, addr: usize, len: usize) -> MemKind {
+        self.mem.kind(addr, len)
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, ExecState> {
+        self.exec.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Copies host bytes to device memory and waits.
+    ///
+    /// # Safety
+    /// `dst..dst+src.len()` is device memory of this device.
+    pub unsafe fn write(&self, dst: DevicePtr, src: &[u8]) -> GpuResult<()> {
+        let st = self.state();
+        // SAFETY: forwarded contract; `src` stays borrowed until the sync.
+        unsafe { st.stream.copy_htod_async(dst, src.as_ptr(), src.len())? };
+        st.stream.synchronize()
+    }
+
+    /// Copies device memory to host bytes and waits.
+    ///
+    /// # Safety
+    /// `src..src+dst.len()` is device memory of this device.
+    pub unsafe fn read(&self, src: DevicePtr, dst: &mut [u8]) -> GpuResult<()> {
+        let st = self.state();
+        // SAFETY: forwarded contract; `dst` stays borrowed until the sync.
+        unsafe { st.stream.copy_dtoh_async(dst.as_mut_ptr(), src, dst.len())? };
+        st.stream.synchronize()
+    }
+
+    /// Copies between two device ranges and waits.
+    ///
+    /// # Safety
+    /// Both ranges are device memory of this device.
+    pub unsafe fn copy(&self, dst: DevicePtr, src: DevicePtr, bytes: usize) -> GpuResult<()> {
+        let st = self.state();
+        self.ctx.bind()?;
+        // SAFETY: forwarded contract.
+        unsafe { self.ctx.runtime().copy_dtod_async(dst, src, bytes, st.stream.raw())? };
+        st.stream.synchronize()
+    }
+
+    /// Fills a device range and waits.
+    ///
+    /// # Safety
+    /// The range is device memory of this device.
+    pub unsafe fn memset(&self, dst: DevicePtr, value: u8, bytes: usize) -> GpuResult<()> {
+        let st = self.state();
+        self.ctx.bind()?;
+        // SAFETY: forwarded contract.
+        unsafe { self.ctx.runtime().memset_d8_async(dst, value, bytes, st.stream.raw())? };
+        st.stream.synchronize()
+    }
+
+    pub fn synchronize(&self) -> GpuResult<()> {
+        self.state().stream.synchronize()
+    }
+
+    /// Whether a kernel registration takes `node` (ignoring where its memory is).
+    pub fn has_kernel(&self, node: &Tensor, srcs: &Srcs) -> bool {
+        self.registry.choose(&Node { dst: node, srcs: *srcs }, None).is_some()
+    }
+
+    /// Honest `supports_op`: a kernel takes the node, or the CPU fallback (which this device runs
+    /// itself) does.
+    pub fn supports(&self, node: &Tensor, srcs: &Srcs) -> bool {
+        self.has_kernel(node, srcs) || tandem_ops::cpu::check(node, srcs).is_ok()
+    }
+
+    /// The plan `compute` would use for `g` as it is placed now.
+    pub fn plan(&self, g: &Graph) -> Result<GpuPlan, ExecError> {
+        let kinds = exec::tensor_kinds(g, &self.mem);
+        exec::plan(g, &kinds, &self.registry, false)
+    }
+
+    /// Runs `g`, whose tensors live in this device's allocations or in host memory, and waits
+    /// for it. A graph that cannot be planned fails before anything runs.
+    ///
+    /// # Safety
+    /// Every tensor's `data` addresses `nbytes()` bytes of the memory it claims to be in, valid
+    /// for the call and used by nobody else meanwhile.
+    pub unsafe fn compute(&self, g: &Graph) -> Result<GraphStats, ExecError> {
+        let t0 = Instant::now();
+        let cfg = Config::get();
+        let mut stats = GraphStats {
+            nodes: g.nodes.len(),
+            ..Default::default()
+        };
+        let mut st = self.state();
+        // Failures of the graph as a whole (binding the device, the final wait) name no node.
+        let other = |reason: String| ExecError::Other {
+            index: 0,
+            node: "(whole graph)".into(),
+            reason,
+        };
+        self.ctx.bind().map_err(|e| other(e.to_string()))?;
+        let kinds = exec::tensor_kinds(g, &self.mem);
+        let key = exec::plan_key(g, &kinds);
+        let plan = match st.plans.get(&key) {
+            Some(p) => {
+                stats.plan_cached = true;
+                p.clone()
+            }
+            None => {
+                let p = Arc::new(exec::plan(g, &kinds, &self.registry, cfg.log_dispatch)?);
+                if st.plans.len() >= PLAN_CACHE_CAP {
+                    st.plans.clear();
+                }
+                st.plans.insert(key, p.clone());
+                p
+            }
+        };
+        stats.noop_nodes = plan.noops;
+        stats.plan_us = t0.elapsed().as_micros() as u64;
+        let t1 = Instant::now();
+        let result = self.run(&mut st, g, &kinds, &plan, &mut stats);
+        let synced = st.stream.synchronize();
+        st.scratch.release_retired();
+        result?;
+        synced.map_err(|e| other(format!("waiting for the graph: {e}")))?;
+        stats.launch_us = t1.elapsed().as_micros() as u64;
+        stats.wall_us = t0.elapsed().as_micros() as u64;
+        if cfg.stats {
+            eprintln!("tandem: {}: {stats}", self.name);
+        }
+        Ok(stats)
+    }
+
+    /// # Safety
+    /// As [`Self::compute`].
+    unsafe fn run(
+        &self,
+        st: &mut ExecState,
+        g: &Graph,
+        kinds: &[MemKind],
+        plan: &GpuPlan,
+        stats: &mut GraphStats,
+    ) -> Result<(), ExecError> {
+        for step in &plan.steps {
+            match step {
+                GpuStep::Kernel { index, reg, fused } => {
+                    let lc = LaunchCtx {
+                        kernels: &self.kernels,
+                        stream: &st.stream,
+                        info: self.ctx.info(),
+                        scratch: &st.scratch,
+                    };
+                    // SAFETY: forwarded contract; kinds were read from this device's map.
+                    unsafe { exec::launch_step(&lc, g, kinds, &self.registry, *index, *reg, *fused)? };
+                    stats.gpu_dispatches += 1;
+                }
+                GpuStep::Cpu { range } => {
+                    // SAFETY: forwarded contract.
+                    unsafe { self.run_group(st, g, kinds, range.clone(), stats)? };
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// # Safety
+    /// As [`Self::compute`].
+    unsafe fn run_group(
+        &self,
+        st: &mut ExecState,
+        g: &Graph,
+        kinds: &[MemKind],
+        range: std::ops::Range<usize>,
+        stats: &mut GraphStats,
+    ) -> Result<(), ExecError> {
+        let first = range.start;
+        let fail = |e: GpuError| ExecError::Other {
+            index: first,
+            node: g.tensor(g.nodes[first]).name.clone(),
+            reason: format!("CPU fallback copies: {e}"),
+        };
+        let (intervals, total) = exec::stage_group(g, kinds, range.clone());
+        if st.staging.as_ref().is_none_or(|s| s.len() < total) {
+            // The old staging buffer may still feed queued uploads: wait before freeing it.
+            st.stream.synchronize().map_err(fail)?;
+            st.staging = None;
+            let size = total.next_power_of_two().max(1 << 20);
+            st.staging = Some(self.alloc_pinned(size).map_err(fail)?);
+        }
+        let base = st.staging.as_ref().map(|s| s.host_ptr() as usize).unwrap_or(0);
+        for iv in intervals.iter().filter(|iv| iv.download) {
+            // SAFETY: the interval is device memory (its tensors are); staging holds `total`
+            // bytes and is not touched by the CPU until the sync below.
+            unsafe {
+                st.stream
+                    .copy_dtoh_async(
+                        (base + iv.staging) as *mut u8,
+                        DevicePtr(iv.start as u64),
+                        iv.end - iv.start,
+                    )
+                    .map_err(fail)?
+            };
+        }
+        st.stream.synchronize().map_err(fail)?;
+        // SAFETY: downloads are complete, GPU work before this group is finished, and the
+        // staging buffer is ours alone until the uploads below are queued.
+        unsafe { exec::run_cpu_group(&self.cpu, g, kinds, range, &intervals, base, stats)? };
+        for iv in intervals.iter().filter(|iv| iv.upload) {
+            // SAFETY: staging stays untouched until the stream has passed these copies (the next
+            // group synchronizes before writing it).
+            unsafe {
+                st.stream
+                    .copy_htod_async(
+                        DevicePtr(iv.start as u64),
+                        (base + iv.staging) as *const u8,
+                        iv.end - iv.start,
+                    )
+                    .map_err(fail)?
+            };
+        }
+        Ok(())
+    }
+
+    /// As [`Self::compute`], plus the device time of the graph in milliseconds: events recorded
+    /// on the stream before the first step and after the last one (launch gaps and CPU-fallback
+    /// groups between them count; planning does not).
+    ///
+    /// `runway` = (dst, src, bytes): a device-to-device copy queued before the start event. It
+    /// keeps the device busy while the host queues the graph's launches, so a graph of short
+    /// kernels is timed without the host's launch latency in front of its first kernel (and the
+    /// copy also evicts the previous run's data from the cache).
+    ///
+    /// # Safety
+    /// As [`Self::compute`]; the runway's ranges are device memory of this device, unused by `g`.
+    pub unsafe fn compute_timed(
+        &self,
+        g: &Graph,
+        runway: Option<(DevicePtr, DevicePtr, usize)>,
+    ) -> Result<(GraphStats, f32), ExecError> {
+        // Failures of the graph as a whole (binding the device, the final wait) name no node.
+        let other = |reason: String| ExecError::Other {
+            index: 0,
+            node: "(whole graph)".into(),
+            reason,
+        };
+        let start = self.ctx.event().map_err(|e| other(e.to_string()))?;
+        let end = self.ctx.event().map_err(|e| other(e.to_string()))?;
+        let t0 = Instant::now();
+        let cfg = Config::get();
+        let mut stats = GraphStats {
+            nodes: g.nodes.len(),
+            ..Default::default()
+        };
+        let mut st = self.state();
+        self.ctx.bind().map_err(|e| other(e.to_string()))?;
+        let kinds = exec::tensor_kinds(g, &self.mem);
+        let key = exec::plan_key(g, &kinds);
+        let plan = match st.plans.get(&key) {
+            Some(p) => {
+                stats.plan_cached = true;
+                p.clone()
+            }
+            None => {
+                let p = Arc::new(exec::plan(g, &kinds, &self.registry, cfg.log_dispatch)?);
+                if st.plans.len() >= PLAN_CACHE_CAP {
+                    st.plans.clear();
+                }
+                st.plans.insert(key, p.clone());
+                p
+            }
+        };
+        stats.noop_nodes = plan.noops;
+        stats.plan_us = t0.elapsed().as_micros() as u64;
+        let t1 = Instant::now();
+        if let Some((dst, src, bytes)) = runway {
+            // SAFETY: forwarded contract.
+            unsafe { self.ctx.runtime().copy_dtod_async(dst, src, bytes, st.stream.raw()) }
+                .map_err(|e| other(format!("runway copy: {e}")))?;
+        }
+        start.record(&st.stream).map_err(|e| other(e.to_string()))?;
+        let result = self.run(&mut st, g, &kinds, &plan, &mut stats);
+        let recorded = end.record(&st.stream);
+        let synced = st.stream.synchronize();
+        st.scratch.release_retired();
+        result?;
+        synced.map_err(|e| other(format!("waiting for the graph: {e}")))?;
+        recorded.map_err(|e| other(e.to_string()))?;
+        stats.launch_us = t1.elapsed().as_micros() as u64;
+        stats.wall_us = t0.elapsed().as_micros() as u64;
+        let ms = start.elapsed_ms(&end).map_err(|e| other(e.to_string()))?;
+        if cfg.stats {
+            eprintln!("tandem: {}: {stats} device_us={:.1}", self.name, ms * 1e3);
+        }
+        Ok((stats, ms))
+    }
+
+    /// Device time in milliseconds of one device-to-device copy of `bytes`, from events recorded
+    /// around it on the stream (the copy rate benchmarks compare with).
+    ///
+    /// # Safety
+    /// Both ranges are device memory of this device.
+    pub unsafe fn copy_timed(&self, dst: DevicePtr, src: DevicePtr, bytes: usize) -> GpuResult<f32> {
+        let start = self.ctx.event()?;
+        let end = self.ctx.event()?;
+        let st = self.state();
+        self.ctx.bind()?;
+        start.record(&st.stream)?;
+        // SAFETY: forwarded contract.
+        unsafe { self.ctx.runtime().copy_dtod_async(dst, src, bytes, st.stream.raw())? };
+        end.record(&st.stream)?;
+        st.stream.synchronize()?;
+        start.elapsed_ms(&end)
+    }
+
+    /// Runs `g` whose tensors all live in `host` (an image of `host.len()` bytes at host address
+    /// `host_base`, as the op harness lays it out): copies the image to device memory, runs the
+    /// graph there, and copies it back.
+    ///
+    /// # Safety
+    /// Every tensor's `data` lies in `host_base..host_base + host.len()` with its bytes.
+    pub unsafe fn compute_mirrored(&self, g: &Graph, host: &mut [u8], host_base: usize) -> Result<GraphStats, String> {
+        let dev = self.alloc(host.len()).map_err(|e| e.to_string())?;
+        // SAFETY: the allocation holds `host.len()` bytes.
+        unsafe { self.write(dev.ptr(), host) }.map_err(|e| e.to_string())?;
+        let mut moved = g.clone();
+        let base = dev.ptr().0 as usize;
+        for t in moved.tensors.iter_mut() {
+            if t.data != 0 {
+                t.data = t.data - host_base + base;
+            }
+        }
+        // SAFETY: every address now points into `dev` at the same offset as in the image.
+        let stats = unsafe { self.compute(&moved) }.map_err(|e| e.to_string())?;
+        // SAFETY: as the write above.
+        unsafe { self.read(dev.ptr(), host) }.map_err(|e| e.to_string())?;
+        Ok(stats)
+    }
+}

@@ -1,0 +1,448 @@
+//! Planning and running a graph on a GPU device: each node goes to the first enabled
+//! registration that accepts it (fusing the next node where one offers to), everything else to
+//! the CPU fallback. Consecutive fallback nodes form one group; a group copies down only the
+//! device memory it touches and copies back only what it writes that is used after it.
+
+use super::memory::{MemKind, MemoryMap};
+use super::registry::{LaunchCtx, Node, Registry};
+use crate::executor::ExecError;
+use crate::stats::GraphStats;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::ops::Range;
+use tandem_graph::{Graph, Op, Tensor, TensorId};
+use tandem_ops::{CpuContext, Srcs};
+
+/// Where one node (or run of nodes) goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GpuStep {
+    /// A kernel registration for node `index` of `g.nodes`; `fused` when it also computes the
+    /// next node.
+    Kernel { index: usize, reg: usize, fused: bool },
+    /// Nodes `range` of `g.nodes` on the CPU fallback (views inside are no-ops).
+    Cpu { range: Range<usize> },
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GpuPlan {
+    pub steps: Vec<GpuStep>,
+    pub kernels: usize,
+    pub fused: usize,
+    pub cpu_nodes: usize,
+    pub noops: usize,
+}
+
+/// Memory kind of every tensor of `g` (by tensor index).
+pub fn tensor_kinds(g: &Graph, map: &MemoryMap) -> Vec<MemKind> {
+    g.tensors
+        .iter()
+        .map(|t| {
+            if t.data == 0 {
+                MemKind::Host
+            } else {
+                map.kind(t.data, t.nbytes().max(1))
+            }
+        })
+        .collect()
+}
+
+/// Plan cache key: the graph's structure, where each tensor lives, and each address's alignment
+/// (predicates may take a view only at an aligned offset; the structure key leaves offsets out).
+pub fn plan_key(g: &Graph, kinds: &[MemKind]) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    crate::plan::structure_key(g).hash(&mut h);
+    kinds.hash(&mut h);
+    for t in &g.tensors {
+        ((t.data % 16) as u8).hash(&mut h);
+    }
+    h.finish()
+}
+
+/// How many places read each tensor: as a source of a node, or as the root of a view.
+fn consumers(g: &Graph) -> Vec<u32> {
+    let mut n = vec![0u32; g.tensors.len()];
+    for &id in &g.nodes {
+        for s in g.tensor(id).src.iter().flatten() {
+            n[s.index()] += 1;
+        }
+    }
+    for t in &g.tensors {
+        if let Some(v) = t.view_src {
+            n[v.index()] += 1;
+        }
+    }
+    n
+}
+
+fn is_noop(t: &Tensor) -> bool {
+    t.op.is_view() || t.op == Op::None
+}
+
+fn gpu_visible(g: &Graph, kinds: &[MemKind], id: TensorId) -> bool {
+    let t = g.tensor(id);
+    kinds[id.index()].gpu_visible() && t.src.iter().flatten().all(|s| kinds[s.index()].gpu_visible())
+}
+
+/// Plans `g`; `log` prints each registration's first use. A fallback node the CPU code cannot run fails the plan (nothing has run yet).
+pub fn plan(g: &Graph, kinds: &[MemKind], registry: &Registry, log: bool) -> Result<GpuPlan, ExecError> {
+    let uses = consumers(g);
+    let mut p = GpuPlan::default();
+    let mut cpu_start: Option<usize> = None;
+    let mut i = 0;
+    let close = |p: &mut GpuPlan, start: &mut Option<usize>, end: usize| {
+        if let Some(s) = start.take() {
+            p.steps.push(GpuStep::Cpu { range: s..end });
+        }
+    };
+    while i < g.nodes.len() {
+        let id = g.nodes[i];
+        let t = g.tensor(id);
+        if is_noop(t) {
+            p.noops += 1;
+            i += 1;
+            continue;
+        }
+        let mut chosen = None;
+        if gpu_visible(g, kinds, id) {
+            let node = Node {
+                dst: t,
+                srcs: g.srcs(id),
+            };
+            let next = g.nodes.get(i + 1).copied().filter(|&n| {
+                let nt = g.tensor(n);
+                !is_noop(nt)
+                    && uses[id.index()] == 1
+                    && !t.output
+                    && nt.src.contains(&Some(id))
+                    && gpu_visible(g, kinds, n)
+            });
+            let next_node = next.map(|n| Node {
+                dst: g.tensor(n),
+                srcs: g.srcs(n),
+            });
+            chosen = registry.choose(&node, next_node.as_ref());
+        }
+        match chosen {
+            Some((reg, fused)) => {
+                close(&mut p, &mut cpu_start, i);
+                if log {
+                    registry.log_first_use(reg);
+                }
+                p.steps.push(GpuStep::Kernel { index: i, reg, fused });
+                p.kernels += 1;
+                if fused {
+                    p.fused += 1;
+                    i += 1;
+                }
+            }
+            None => {
+                tandem_ops::cpu::check(t, &g.srcs(id)).map_err(|source| ExecError::Op { index: i, source })?;
+                cpu_start.get_or_insert(i);
+                p.cpu_nodes += 1;
+            }
+        }
+        i += 1;
+    }
+    close(&mut p, &mut cpu_start, g.nodes.len());
+    Ok(p)
+}
+
+/// A tensor with its address moved to where the executing side sees it.
+fn moved(t: &Tensor, data: usize) -> Tensor {
+    let mut c = t.clone();
+    c.data = data;
+    c
+}
+
+/// The device address of a GPU-visible tensor.
+fn device_addr(t: &Tensor, kind: MemKind) -> usize {
+    match kind {
+        MemKind::Pinned { delta } => (t.data as i64 + delta) as usize,
+        _ => t.data,
+    }
+}
+
+/// Queues the kernel of one step. Tensors in pinned memory with a non-zero host/device delta are
+/// passed as copies carrying their device address.
+///
+/// # Safety
+/// Every tensor of the step lives where `kinds` says, valid until the stream has run the work.
+pub unsafe fn launch_step(
+    ctx: &LaunchCtx<'_>,
+    g: &Graph,
+    kinds: &[MemKind],
+    registry: &Registry,
+    index: usize,
+    reg: usize,
+    fused: bool,
+) -> Result<(), ExecError> {
+    let ids: Vec<TensorId> = if fused {
+        vec![g.nodes[index], g.nodes[index + 1]]
+    } else {
+        vec![g.nodes[index]]
+    };
+    let needs_move = ids.iter().any(|&id| {
+        std::iter::once(id)
+            .chain(g.tensor(id).src.iter().flatten().copied())
+            .any(|s| matches!(kinds[s.index()], MemKind::Pinned { delta } if delta != 0))
+    });
+    let r = registry.get(reg);
+    let fail = |e: super::KernelError| ExecError::Other {
+        index,
+        node: g.tensor(ids[0]).name.clone(),
+        reason: format!("{} ({}): {e}", r.name, g.tensor(ids[0]).op),
+    };
+    if !needs_move {
+        let node = Node {
+            dst: g.tensor(ids[0]),
+            srcs: g.srcs(ids[0]),
+        };
+        let next = fused.then(|| Node {
+            dst: g.tensor(ids[1]),
+            srcs: g.srcs(ids[1]),
+        });
+        // SAFETY: forwarded contract; the predicate accepted these nodes at plan time.
+        return unsafe { (r.launch)(ctx, &node, next.as_ref()) }.map_err(fail);
+    }
+    let mut copies: HashMap<TensorId, Tensor> = HashMap::new();
+    for &id in &ids {
+        for s in std::iter::once(id).chain(g.tensor(id).src.iter().flatten().copied()) {
+            copies
+                .entry(s)
+                .or_insert_with(|| moved(g.tensor(s), device_addr(g.tensor(s), kinds[s.index()])));
+        }
+    }
+    let view = |id: TensorId| -> (&Tensor, Srcs<'_>) {
+        let t = &copies[&id];
+        let mut srcs: Srcs<'_> = [None; tandem_graph::MAX_SRC];
+        for (k, s) in g.tensor(id).src.iter().enumerate() {
+            srcs[k] = s.map(|s| &copies[&s]);
+        }
+        (t, srcs)
+    };
+    let (d0, s0) = view(ids[0]);
+    let node = Node { dst: d0, srcs: s0 };
+    let next = fused.then(|| {
+        let (d1, s1) = view(ids[1]);
+        Node { dst: d1, srcs: s1 }
+    });
+    // SAFETY: as above, with every address moved to the device's view of it.
+    unsafe { (r.launch)(ctx, &node, next.as_ref()) }.map_err(fail)
+}
+
+/// One merged range of device memory a fallback group touches, and its place in staging.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Interval {
+    pub start: usize,
+    pub end: usize,
+    /// Offset in the staging buffer (same alignment mod 64 as `start`).
+    pub staging: usize,
+    /// Copy down before the group: something in it is read, or not wholly rewritten.
+    pub download: bool,
+    /// Copy back after the group: something in it is written and used afterwards.
+    pub upload: bool,
+}
+
+/// The staging layout of a fallback group over `g.nodes[range]`: every device-memory tensor it
+/// reads or writes, merged into intervals. Returns the intervals and the staging bytes needed.
+pub fn stage_group(g: &Graph, kinds: &[MemKind], range: Range<usize>) -> (Vec<Interval>, usize) {
+    let uses = consumers(g);
+    let group: Vec<TensorId> = g.nodes[range.clone()].to_vec();
+    let in_group = |id: TensorId| group.contains(&id);
+    // Consumers inside the group, per tensor.
+    let mut inner_uses: HashMap<TensorId, u32> = HashMap::new();
+    for &id in &group {
+        for s in g.tensor(id).src.iter().flatten() {
+            *inner_uses.entry(*s).or_default() += 1;
+        }
+    }
+    // (start, end, fresh, crosses, read)
+    let mut spans: Vec<(usize, usize, bool, bool, bool)> = Vec::new();
+    let mut add = |t: &Tensor, written: bool, read: bool, crosses: bool| {
+        let len = t.nbytes();
+        if len == 0 {
+            return;
+        }
+        // A written span is fresh when the group rewrites all of it; a read span does not spoil
+        // freshness (a read from outside the group sets `read`, which downloads anyway).
+        let fresh = !written || (t.view_src.is_none() && t.is_contiguous());
+        spans.push((t.data, t.data + len, fresh, written && crosses, read));
+    };
+    for &id in &group {
+        let t = g.tensor(id);
+        if is_noop(t) {
+            continue;
+        }
+        if kinds[id.index()] == MemKind::Device {
+            let used_inside = inner_uses.get(&id).copied().unwrap_or(0);
+            // Views of the result count among its uses; a view made inside the group and read
+            // only inside still counts as a crossing use, which only costs a copy.
+            let crosses = t.output || t.view_src.is_some() || uses[id.index()] == 0 || used_inside < uses[id.index()];
+            add(t, true, false, crosses);
+        }
+        for s in t.src.iter().flatten() {
+            if kinds[s.index()] == MemKind::Device {
+                let st = g.tensor(*s);
+                let produced_here = in_group(*s) && !is_noop(st);
+                add(st, false, !produced_here, false);
+            }
+        }
+    }
+    spans.sort_by_key(|s| (s.0, s.1));
+    let mut out: Vec<Interval> = Vec::new();
+    let mut fresh_all: Vec<bool> = Vec::new();
+    for (start, end, fresh, crosses, read) in spans {
+        match out.last_mut() {
+            Some(last) if start < last.end => {
+                last.end = last.end.max(end);
+                last.upload |= crosses;
+                last.download |= read;
+                let f = fresh_all.last_mut().expect("parallel to out");
+                *f &= fresh;
+            }
+            _ => {
+                out.push(Interval {
+                    start,
+                    end,
+                    staging: 0,
+                    download: read,
+                    upload: crosses,
+                });
+                fresh_all.push(fresh);
+            }
+        }
+    }
+    let mut total = 0usize;
+    for (iv, fresh) in out.iter_mut().zip(fresh_all) {
+        // A range not wholly made of fresh results keeps bytes the group does not write: copy
+        // it down so copying it back does not clobber them.
+        iv.download |= !fresh;
+        let skew = iv.start % 64;
+        total = total.next_multiple_of(64) + skew;
+        iv.staging = total;
+        total += iv.end - iv.start;
+    }
+    (out, total)
+}
+
+/// Runs one fallback group on the CPU with device-memory tensors moved to `staging_base`
+/// (a host address) per `intervals`.
+///
+/// # Safety
+/// Host-visible tensors are valid host memory; the staging copies of device tensors are in
+/// place (downloads completed) and nothing else uses them during the call.
+pub unsafe fn run_cpu_group(
+    cpu: &CpuContext,
+    g: &Graph,
+    kinds: &[MemKind],
+    range: Range<usize>,
+    intervals: &[Interval],
+    staging_base: usize,
+    stats: &mut GraphStats,
+) -> Result<(), ExecError> {
+    let host_addr = |t: &Tensor, kind: MemKind| -> usize {
+        if kind != MemKind::Device || t.data == 0 {
+            return t.data;
+        }
+        let iv = intervals
+            .iter()
+            .find(|iv| t.data >= iv.start && t.data < iv.end)
+            .expect("every device tensor of the group is staged");
+        staging_base + iv.staging + (t.data - iv.start)
+    };
+    for index in range {
+        let id = g.nodes[index];
+        let t = g.tensor(id);
+        if is_noop(t) {
+            continue;
+        }
+        let all = std::iter::once(id).chain(t.src.iter().flatten().copied());
+        let mut copies: HashMap<TensorId, Tensor> = HashMap::new();
+        for s in all {
+            let st = g.tensor(s);
+            let kind = kinds[s.index()];
+            if kind == MemKind::Device {
+                copies.entry(s).or_insert_with(|| moved(st, host_addr(st, kind)));
+            }
+        }
+        let pick = |s: TensorId| copies.get(&s).unwrap_or_else(|| g.tensor(s));
+        let dst = pick(id);
+        let mut srcs: Srcs<'_> = [None; tandem_graph::MAX_SRC];
+        for (k, s) in t.src.iter().enumerate() {
+            srcs[k] = s.map(pick);
+        }
+        if let Some(k) = srcs
+            .iter()
+            .position(|s| s.is_some_and(|s| s.nelements() > 0 && s.data == 0))
+        {
+            return Err(ExecError::Op {
+                index,
+                source: tandem_ops::OpError::new(dst, &srcs, format!("src{k} has no memory (not allocated)")),
+            });
+        }
+        // SAFETY: forwarded contract: every address is host memory covering the tensor.
+        unsafe { tandem_ops::cpu::compute(cpu, dst, &srcs) }.map_err(|source| ExecError::Op { index, source })?;
+        stats.cpu_fallback_nodes += 1;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tandem_graph::{ElemType, GraphBuilder};
+
+    /// a, b on the device; c = a + b (CPU), d = c * c (CPU), e = d + a (CPU): only e crosses.
+    #[test]
+    fn fallback_groups_copy_down_reads_and_copy_back_what_crosses() {
+        let mut b = GraphBuilder::new();
+        let x = b.new_tensor(ElemType::F32, &[16]);
+        let y = b.new_tensor(ElemType::F32, &[16]);
+        let c = b.add(x, y).unwrap();
+        let d = b.mul(c, c).unwrap();
+        let e = b.add(d, x).unwrap();
+        let mut g = b.build();
+        for (k, t) in g.tensors.iter_mut().enumerate() {
+            t.data = 0x1000 + k * 0x100;
+        }
+        let kinds = vec![MemKind::Device; g.tensors.len()];
+        let (iv, total) = stage_group(&g, &kinds, 0..g.nodes.len());
+        assert_eq!(iv.len(), 5);
+        let by_start = |id: TensorId| iv.iter().find(|v| v.start == g.tensor(id).data).unwrap().clone();
+        assert!(by_start(x).download && !by_start(x).upload);
+        assert!(by_start(y).download && !by_start(y).upload);
+        assert!(!by_start(c).download && !by_start(c).upload, "{:?}", by_start(c));
+        assert!(!by_start(d).upload);
+        assert!(by_start(e).upload && !by_start(e).download);
+        assert!(total >= 5 * 64);
+        for v in &iv {
+            assert_eq!((v.staging % 64), v.start % 64);
+        }
+    }
+
+    #[test]
+    fn in_place_writes_are_copied_down_first_and_back_after() {
+        let mut b = GraphBuilder::new();
+        let x = b.new_tensor(ElemType::F32, &[16]);
+        let y = b.new_tensor(ElemType::F32, &[8]);
+        let v = b.view(x, &[8], &[32], 16).unwrap();
+        b.cpy(y, v).unwrap();
+        let mut g = b.build();
+        for (k, t) in g.tensors.iter_mut().enumerate() {
+            if t.view_src.is_none() {
+                t.data = 0x10000 + k * 0x1000;
+            }
+        }
+        let root = g.tensor(x).data;
+        for t in g.tensors.iter_mut() {
+            if t.view_src.is_some() {
+                t.data = root + t.view_offs;
+            }
+        }
+        let kinds = vec![MemKind::Device; g.tensors.len()];
+        let first_cpu = g.nodes.iter().position(|&n| !is_noop(g.tensor(n))).unwrap();
+        let (iv, _) = stage_group(&g, &kinds, first_cpu..g.nodes.len());
+        let into = iv.iter().find(|i| i.start <= root + 16 && root + 16 < i.end).unwrap();
+        assert!(into.upload && into.download, "{into:?}");
+    }
+}

@@ -1,0 +1,157 @@
+//! Which memory a tensor address belongs to. A GPU device records every allocation it makes
+//! (device memory and pinned, device-mapped host memory); the planner asks where each tensor
+//! lives to decide whether a kernel can reach it and whether the CPU fallback needs a copy.
+
+use super::api::{DevicePtr, GpuResult};
+use super::safe::{Context, DeviceBuffer, PinnedHostBuffer};
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+/// Where a range of bytes lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MemKind {
+    /// Device memory: kernels use the address as it is; the CPU needs a staging copy.
+    Device,
+    /// Pinned host memory mapped into the device: the CPU uses the address, kernels use
+    /// `address + delta` (0 on unified-address systems).
+    Pinned { delta: i64 },
+    /// Memory tandem did not allocate (plain host memory): the CPU only.
+    Host,
+}
+
+impl MemKind {
+    pub fn gpu_visible(self) -> bool {
+        !matches!(self, MemKind::Host)
+    }
+
+    pub fn cpu_visible(self) -> bool {
+        !matches!(self, MemKind::Device)
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Region {
+    len: usize,
+    kind: MemKind,
+}
+
+/// Address ranges of one device's allocations.
+#[derive(Default)]
+pub struct MemoryMap {
+    regions: RwLock<BTreeMap<usize, Region>>,
+}
+
+impl MemoryMap {
+    fn insert(&self, start: usize, len: usize, kind: MemKind) {
+        self.regions
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(start, Region { len, kind });
+    }
+
+    fn remove(&self, start: usize) {
+        self.regions.write().unwrap_or_else(|p| p.into_inner()).remove(&start);
+    }
+
+    /// The kind of `[addr, addr + len)`; `Host` when the range is not inside one allocation.
+    pub fn kind(&self, addr: usize, len: usize) -> MemKind {
+        let map = self.regions.read().unwrap_or_else(|p| p.into_inner());
+        match map.range(..=addr).next_back() {
+            Some((&start, r)) if addr.saturating_add(len) <= start + r.len.max(1) => r.kind,
+            _ => MemKind::Host,
+        }
+    }
+}
+
+/// A device allocation registered in its device's map for as long as it lives.
+pub struct DeviceAlloc {
+    buf: DeviceBuffer,
+    map: Arc<MemoryMap>,
+}
+
+impl DeviceAlloc {
+    pub fn new(ctx: &Arc<Context>, map: &Arc<MemoryMap>, len: usize) -> GpuResult<DeviceAlloc> {
+        let buf = ctx.alloc(len)?;
+        map.insert(buf.ptr().0 as usize, len, MemKind::Device);
+        Ok(DeviceAlloc { buf, map: map.clone() })
+    }
+
+    pub fn ptr(&self) -> DevicePtr {
+        self.buf.ptr()
+    }
+
+    pub fn buffer(&self) -> &DeviceBuffer {
+        &self.buf
+    }
+
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+}
+
+impl Drop for DeviceAlloc {
+    fn drop(&mut self) {
+        self.map.remove(self.buf.ptr().0 as usize);
+    }
+}
+
+/// Pinned host memory registered in its device's map for as long as it lives.
+pub struct PinnedAlloc {
+    buf: PinnedHostBuffer,
+    map: Arc<MemoryMap>,
+}
+
+impl PinnedAlloc {
+    pub fn new(ctx: &Arc<Context>, map: &Arc<MemoryMap>, len: usize) -> GpuResult<PinnedAlloc> {
+        let buf = ctx.alloc_pinned(len)?;
+        let delta = buf.device_ptr().0 as i64 - buf.host_ptr() as i64;
+        map.insert(buf.host_ptr() as usize, len, MemKind::Pinned { delta });
+        Ok(PinnedAlloc { buf, map: map.clone() })
+    }
+
+    pub fn host_ptr(&self) -> *mut u8 {
+        self.buf.host_ptr()
+    }
+
+    pub fn device_ptr(&self) -> DevicePtr {
+        self.buf.device_ptr()
+    }
+
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+}
+
+impl Drop for PinnedAlloc {
+    fn drop(&mut self) {
+        self.map.remove(self.buf.host_ptr() as usize);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_resolve_to_the_allocation_holding_them() {
+        let m = MemoryMap::default();
+        m.insert(1000, 100, MemKind::Device);
+        m.insert(5000, 50, MemKind::Pinned { delta: 7 });
+        assert_eq!(m.kind(1000, 100), MemKind::Device);
+        assert_eq!(m.kind(1050, 10), MemKind::Device);
+        assert_eq!(m.kind(1050, 60), MemKind::Host, "runs past the end");
+        assert_eq!(m.kind(999, 1), MemKind::Host);
+        assert_eq!(m.kind(5049, 1), MemKind::Pinned { delta: 7 });
+        assert_eq!(m.kind(9000, 1), MemKind::Host);
+        m.remove(1000);
+        assert_eq!(m.kind(1000, 1), MemKind::Host);
+    }
+}

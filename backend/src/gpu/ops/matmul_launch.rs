@@ -1,0 +1,428 @@
+//! Launchers of the matmul kernels (`kernels-hip/src/gemv.hip`, `gemm.hip`): the shape structs
+//! the kernels take by value, the q8_1 scratch layout, launch geometry, and the launches.
+//!
+//! Geometry (see the .hip file heads):
+//! - `tandem_quantize_q8_1`: block 256, grid (ceil(k / 256), min(columns, 65535)); one thread
+//!   per activation value.
+//! - `tandem_gemv_<type>_c1/_c8`: block 128, grid (ceil(m / 4), batches); four weight rows per
+//!   block, each walked by one wave alone (two per wave on 64-lane waves) and summed with a wave
+//!   reduction: quantized rows staged per wave in 4096-weight chunks, float rows read directly
+//!   in 16-byte vectors.
+//! - `tandem_mul_mat_id_<type>`: block 128, grid (ceil(m / 4), n_used * n_tokens).
+//! - `tandem_gemm_<type>`: block 256, grid (ceil(n / 64), ceil(m / 64), batches); 64 x 64 tiles.
+
+use crate::gpu::api::{DevicePtr, LaunchConfig};
+use crate::gpu::kernels::KernelError;
+use crate::gpu::registry::{dptr, launch_error, LaunchCtx, Node};
+use crate::gpu::safe::KernelArgs;
+use tandem_graph::{ElemType, Tensor};
+
+pub const GEMV_FAMILY: &str = "gemv";
+pub const GEMM_FAMILY: &str = "gemm";
+pub const GEMV_THREADS: u32 = 128;
+/// Weight rows per GEMV block (`TANDEM_MV_ROWS` of gemv.hip).
+pub const GEMV_ROWS: i64 = 4;
+pub const GEMM_THREADS: u32 = 256;
+pub const GEMM_TILE: i64 = 64;
+const QUANTIZE_THREADS: u32 = 256;
+/// Largest grid.y / grid.z every device accepts.
+pub const MAX_GRID_YZ: i64 = 65_535;
+/// Largest grid.x (CUDA and HIP: 2^31 - 1).
+pub const MAX_GRID_X: i64 = i32::MAX as i64;
+/// The q8_1 activation copy may not exceed this (a decode step needs a few hundred KiB).
+pub const MAX_SCRATCH: usize = 1 << 30;
+/// Most columns the GEMV kernels take; wider products go to the GEMM.
+pub const GEMV_MAX_COLUMNS: i64 = 8;
+
+/// `tandem_mm_shape` of gemv.hip and gemm.hip.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MulMatShape {
+    pub k: i64,
+    pub m: i64,
+    pub n: i64,
+    pub ne12: i64,
+    pub ne13: i64,
+    pub r2: i64,
+    pub r3: i64,
+    pub nb01: i64,
+    pub nb02: i64,
+    pub nb03: i64,
+    pub nb10: i64,
+    pub nb11: i64,
+    pub nb12: i64,
+    pub nb13: i64,
+    pub nb1: i64,
+    pub nb2: i64,
+    pub nb3: i64,
+    pub pad: i64,
+}
+const _: () = assert!(std::mem::size_of::<MulMatShape>() == 144);
+
+impl MulMatShape {
+    /// The shape of `dst = src0 x src1` (MUL_MAT); `None` for an empty broadcast batch.
+    pub fn new(dst: &Tensor, src0: &Tensor, src1: &Tensor) -> Option<MulMatShape> {
+        if src0.ne[2] <= 0 || src0.ne[3] <= 0 {
+            return None;
+        }
+        Some(MulMatShape {
+            k: src0.ne[0],
+            m: src0.ne[1],
+            n: src1.ne[1],
+            ne12: src1.ne[2],
+            ne13: src1.ne[3],
+            r2: src1.ne[2] / src0.ne[2],
+            r3: src1.ne[3] / src0.ne[3],
+            nb01: src0.nb[1] as i64,
+            nb02: src0.nb[2] as i64,
+            nb03: src0.nb[3] as i64,
+            nb10: src1.nb[0] as i64,
+            nb11: src1.nb[1] as i64,
+            nb12: src1.nb[2] as i64,
+            nb13: src1.nb[3] as i64,
+            nb1: dst.nb[1] as i64,
+            nb2: dst.nb[2] as i64,
+            nb3: dst.nb[3] as i64,
+            pad: 0,
+        })
+    }
+
+    pub fn batches(&self) -> i64 {
+        self.ne12 * self.ne13
+    }
+}
+
+/// `tandem_mmid_shape` of gemv.hip.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MulMatIdShape {
+    pub k: i64,
+    pub m: i64,
+    pub n_expert: i64,
+    pub n_used: i64,
+    pub n_tokens: i64,
+    pub n_b: i64,
+    pub nb01: i64,
+    pub nb02: i64,
+    pub nb11: i64,
+    pub nb12: i64,
+    pub ids_nb0: i64,
+    pub ids_nb1: i64,
+    pub nb1: i64,
+    pub nb2: i64,
+    pub pad0: i64,
+    pub pad1: i64,
+}
+const _: () = assert!(std::mem::size_of::<MulMatIdShape>() == 128);
+
+impl MulMatIdShape {
+    pub fn new(dst: &Tensor, src0: &Tensor, src1: &Tensor, ids: &Tensor) -> MulMatIdShape {
+        MulMatIdShape {
+            k: src0.ne[0],
+            m: src0.ne[1],
+            n_expert: src0.ne[2],
+            n_used: ids.ne[0],
+            n_tokens: ids.ne[1],
+            n_b: src1.ne[1],
+            nb01: src0.nb[1] as i64,
+            nb02: src0.nb[2] as i64,
+            nb11: src1.nb[1] as i64,
+            nb12: src1.nb[2] as i64,
+            ids_nb0: ids.nb[0] as i64,
+            ids_nb1: ids.nb[1] as i64,
+            nb1: dst.nb[1] as i64,
+            nb2: dst.nb[2] as i64,
+            pad0: 0,
+            pad1: 0,
+        }
+    }
+
+    pub fn slots(&self) -> i64 {
+        self.n_used * self.n_tokens
+    }
+}
+
+/// `tandem_q8_shape`: src1 as [k, ne1, ne2, ne3] with byte strides.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Q8Shape {
+    pub ne: [i64; 4],
+    pub nb: [i64; 4],
+}
+const _: () = assert!(std::mem::size_of::<Q8Shape>() == 64);
+
+impl Q8Shape {
+    pub fn of(src1: &Tensor) -> Q8Shape {
+        Q8Shape {
+            ne: src1.ne,
+            nb: src1.nb.map(|b| b as i64),
+        }
+    }
+
+    pub fn columns(&self) -> i64 {
+        self.ne[1] * self.ne[2] * self.ne[3]
+    }
+}
+
+/// Byte layout of the q8_1 activation copy of `columns` rows of `k` values: the int8 values
+/// (`k` per column), then one (d, d * sum) f32 pair per 32 values. Returns (offset of the pairs,
+/// total bytes); `None` when `k` is not a multiple of 32 or the size overflows the limit.
+pub fn q8_1_layout(columns: i64, k: i64) -> Option<(usize, usize)> {
+    if columns <= 0 || k <= 0 || k % 32 != 0 {
+        return None;
+    }
+    let qs = usize::try_from(columns.checked_mul(k)?).ok()?;
+    let ds = qs / 32 * 8;
+    let total = qs.checked_add(ds)?;
+    (total <= MAX_SCRATCH).then_some((qs, total))
+}
+
+/// Entry names of one weight type: (gemv one column, gemv up to eight, mul_mat_id, gemm).
+pub fn entries(ty: ElemType) -> Option<[&'static str; 4]> {
+    Some(match ty {
+        ElemType::F32 => [
+            "tandem_gemv_f32_c1",
+            "tandem_gemv_f32_c8",
+            "tandem_mul_mat_id_f32",
+            "tandem_gemm_f32",
+        ],
+        ElemType::F16 => [
+            "tandem_gemv_f16_c1",
+            "tandem_gemv_f16_c8",
+            "tandem_mul_mat_id_f16",
+            "tandem_gemm_f16",
+        ],
+        ElemType::BF16 => [
+            "tandem_gemv_bf16_c1",
+            "tandem_gemv_bf16_c8",
+            "tandem_mul_mat_id_bf16",
+            "tandem_gemm_bf16",
+        ],
+        ElemType::Q4_0 => [
+            "tandem_gemv_q4_0_c1",
+            "tandem_gemv_q4_0_c8",
+            "tandem_mul_mat_id_q4_0",
+            "tandem_gemm_q4_0",
+        ],
+        ElemType::Q4_1 => [
+            "tandem_gemv_q4_1_c1",
+            "tandem_gemv_q4_1_c8",
+            "tandem_mul_mat_id_q4_1",
+            "tandem_gemm_q4_1",
+        ],
+        ElemType::Q5_0 => [
+            "tandem_gemv_q5_0_c1",
+            "tandem_gemv_q5_0_c8",
+            "tandem_mul_mat_id_q5_0",
+            "tandem_gemm_q5_0",
+        ],
+        ElemType::Q5_1 => [
+            "tandem_gemv_q5_1_c1",
+            "tandem_gemv_q5_1_c8",
+            "tandem_mul_mat_id_q5_1",
+            "tandem_gemm_q5_1",
+        ],
+        ElemType::Q8_0 => [
+            "tandem_gemv_q8_0_c1",
+            "tandem_gemv_q8_0_c8",
+            "tandem_mul_mat_id_q8_0",
+            "tandem_gemm_q8_0",
+        ],
+        ElemType::Q2K => [
+            "tandem_gemv_q2_K_c1",
+            "tandem_gemv_q2_K_c8",
+            "tandem_mul_mat_id_q2_K",
+            "tandem_gemm_q2_K",
+        ],
+        ElemType::Q3K => [
+            "tandem_gemv_q3_K_c1",
+            "tandem_gemv_q3_K_c8",
+            "tandem_mul_mat_id_q3_K",
+            "tandem_gemm_q3_K",
+        ],
+        ElemType::Q4K => [
+            "tandem_gemv_q4_K_c1",
+            "tandem_gemv_q4_K_c8",
+            "tandem_mul_mat_id_q4_K",
+            "tandem_gemm_q4_K",
+        ],
+        ElemType::Q5K => [
+            "tandem_gemv_q5_K_c1",
+            "tandem_gemv_q5_K_c8",
+            "tandem_mul_mat_id_q5_K",
+            "tandem_gemm_q5_K",
+        ],
+        ElemType::Q6K => [
+            "tandem_gemv_q6_K_c1",
+            "tandem_gemv_q6_K_c8",
+            "tandem_mul_mat_id_q6_K",
+            "tandem_gemm_q6_K",
+        ],
+        ElemType::IQ4NL => [
+            "tandem_gemv_iq4_nl_c1",
+            "tandem_gemv_iq4_nl_c8",
+            "tandem_mul_mat_id_iq4_nl",
+            "tandem_gemm_iq4_nl",
+        ],
+        _ => return None,
+    })
+}
+
+/// Whether weights of `ty` meet q8_1 activations (else f32 activations are read directly).
+pub fn uses_q8_1(ty: ElemType) -> bool {
+    ty.is_quantized()
+}
+
+pub fn quantize_config(q: &Q8Shape) -> LaunchConfig {
+    let gx = (q.ne[0].max(1) + QUANTIZE_THREADS as i64 - 1) / QUANTIZE_THREADS as i64;
+    LaunchConfig {
+        grid: [gx.min(MAX_GRID_X) as u32, q.columns().clamp(1, MAX_GRID_YZ) as u32, 1],
+        block: [QUANTIZE_THREADS, 1, 1],
+        shared_bytes: 0,
+    }
+}
+
+/// One block per [`GEMV_ROWS`] rows and batch; callers have bounded both (predicates).
+pub fn gemv_config(rows: i64, batches: i64) -> LaunchConfig {
+    let blocks = (rows.max(1) + GEMV_ROWS - 1) / GEMV_ROWS;
+    LaunchConfig {
+        grid: [blocks.min(MAX_GRID_X) as u32, batches.clamp(1, MAX_GRID_YZ) as u32, 1],
+        block: [GEMV_THREADS, 1, 1],
+        shared_bytes: 0,
+    }
+}
+
+pub fn gemm_config(s: &MulMatShape) -> LaunchConfig {
+    let tiles = |x: i64| (x.max(1) + GEMM_TILE - 1) / GEMM_TILE;
+    LaunchConfig {
+        grid: [
+            tiles(s.n).min(MAX_GRID_X) as u32,
+            tiles(s.m).min(MAX_GRID_YZ) as u32,
+            s.batches().clamp(1, MAX_GRID_YZ) as u32,
+        ],
+        block: [GEMM_THREADS, 1, 1],
+        shared_bytes: 0,
+    }
+}
+
+/// Whether the grids of a MUL_MAT of this shape fit every device's limits.
+pub fn mul_mat_fits(s: &MulMatShape) -> bool {
+    let tiles_m = (s.m + GEMM_TILE - 1) / GEMM_TILE;
+    s.m > 0 && s.m <= MAX_GRID_X && s.batches() > 0 && s.batches() <= MAX_GRID_YZ && tiles_m <= MAX_GRID_YZ
+}
+
+/// Queues the q8_1 copy of `src1` into scratch; returns (values, pairs) addresses.
+///
+/// # Safety
+/// `src1` is a device tensor of f32 whose every element is reachable through its strides.
+unsafe fn quantize_src1(ctx: &LaunchCtx<'_>, src1: &Tensor) -> Result<(DevicePtr, DevicePtr), KernelError> {
+    let q = Q8Shape::of(src1);
+    let (ds_at, bytes) =
+        q8_1_layout(q.columns(), q.ne[0]).ok_or_else(|| launch_error("quantize_q8_1", "bad activation shape"))?;
+    let base = ctx.scratch.get(bytes)?;
+    let (qs, ds) = (base, base.offset(ds_at));
+    let f = ctx.kernels.function(GEMV_FAMILY, "tandem_quantize_q8_1")?;
+    let mut args = KernelArgs::new();
+    args.push(dptr(src1)).push(qs).push(ds).push(q);
+    // SAFETY: (const char*, i8*, float2*, tandem_q8_shape); src1 is readable through its
+    // strides (caller), the scratch region holds `bytes` laid out as q8_1_layout says.
+    unsafe { ctx.stream.launch(&f, quantize_config(&q), &mut args) }.map_err(KernelError::Gpu)?;
+    Ok((qs, ds))
+}
+
+fn aligned(p: DevicePtr, to: u64) -> bool {
+    p.0.is_multiple_of(to)
+}
+
+/// The device alignment the kernels assume: weight rows 2-byte (4 for f32), activations and
+/// outputs 4-byte.
+fn check_alignment(call: &'static str, w: &Tensor, src1: &Tensor, dst: &Tensor) -> Result<(), KernelError> {
+    let wa = if w.ty == ElemType::F32 { 4 } else { 2 };
+    if aligned(dptr(w), wa) && aligned(dptr(src1), 4) && aligned(dptr(dst), 4) {
+        Ok(())
+    } else {
+        Err(launch_error(call, "tensor data is not aligned to its element size"))
+    }
+}
+
+/// MUL_MAT with at most eight columns: quantize the activations (quantized weights), then one
+/// GEMV pass over the weights.
+///
+/// # Safety
+/// [`crate::gpu::registry::Launch`]'s contract; the gemv predicate accepted `node`.
+pub unsafe fn launch_gemv(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), KernelError> {
+    let (w, src1) = match (node.src(0), node.src(1)) {
+        (Some(w), Some(x)) => (w, x),
+        _ => return Err(launch_error("gemv", "MUL_MAT without two sources")),
+    };
+    let s = MulMatShape::new(node.dst, w, src1).ok_or_else(|| launch_error("gemv", "empty batch"))?;
+    check_alignment("gemv", w, src1, node.dst)?;
+    let names = entries(w.ty).ok_or_else(|| launch_error("gemv", "no kernel for this weight type"))?;
+    let f = ctx
+        .kernels
+        .function(GEMV_FAMILY, if s.n == 1 { names[0] } else { names[1] })?;
+    let mut args = KernelArgs::new();
+    args.push(dptr(w));
+    if uses_q8_1(w.ty) {
+        // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
+        let (qs, ds) = unsafe { quantize_src1(ctx, src1) }?;
+        args.push(qs).push(ds);
+    } else {
+        args.push(dptr(src1));
+    }
+    args.push(dptr(node.dst)).push(s);
+    // SAFETY: the kernel's parameters are (w, [aq, ads | src1], dst, tandem_mm_shape) as pushed;
+    // every row, column and output the grid reaches lies inside the tensors (shape from them).
+    unsafe { ctx.stream.launch(&f, gemv_config(s.m, s.batches()), &mut args) }.map_err(KernelError::Gpu)
+}
+
+/// MUL_MAT with more than eight columns: the tiled GEMM on f32 activations.
+///
+/// # Safety
+/// As for [`launch_gemv`], for the gemm predicate.
+pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), KernelError> {
+    let (w, src1) = match (node.src(0), node.src(1)) {
+        (Some(w), Some(x)) => (w, x),
+        _ => return Err(launch_error("gemm", "MUL_MAT without two sources")),
+    };
+    let s = MulMatShape::new(node.dst, w, src1).ok_or_else(|| launch_error("gemm", "empty batch"))?;
+    check_alignment("gemm", w, src1, node.dst)?;
+    let names = entries(w.ty).ok_or_else(|| launch_error("gemm", "no kernel for this weight type"))?;
+    // A tensor-core variant (NVIDIA mma / AMD WMMA) gets chosen here by ctx.info.arch.
+    let f = ctx.kernels.function(GEMM_FAMILY, names[3])?;
+    let mut args = KernelArgs::new();
+    args.push(dptr(w)).push(dptr(src1)).push(dptr(node.dst)).push(s);
+    // SAFETY: (w, src1, dst, tandem_mm_shape); tiles past m, n or k are masked in the kernel.
+    unsafe { ctx.stream.launch(&f, gemm_config(&s), &mut args) }.map_err(KernelError::Gpu)
+}
+
+/// MUL_MAT_ID in GEMV form: one block per (rows, slot); only the selected experts are read.
+///
+/// # Safety
+/// As for [`launch_gemv`], for the mul_mat_id predicate; ids is a device i32 tensor.
+pub unsafe fn launch_mul_mat_id(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), KernelError> {
+    let (w, src1, ids) = match (node.src(0), node.src(1), node.src(2)) {
+        (Some(w), Some(x), Some(i)) => (w, x, i),
+        _ => return Err(launch_error("mul_mat_id", "MUL_MAT_ID without three sources")),
+    };
+    check_alignment("mul_mat_id", w, src1, node.dst)?;
+    if !aligned(dptr(ids), 4) {
+        return Err(launch_error("mul_mat_id", "ids data is not 4-byte aligned"));
+    }
+    let s = MulMatIdShape::new(node.dst, w, src1, ids);
+    let names = entries(w.ty).ok_or_else(|| launch_error("mul_mat_id", "no kernel for this weight type"))?;
+    let f = ctx.kernels.function(GEMV_FAMILY, names[2])?;
+    let mut args = KernelArgs::new();
+    args.push(dptr(w));
+    if uses_q8_1(w.ty) {
+        // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
+        let (qs, ds) = unsafe { quantize_src1(ctx, src1) }?;
+        args.push(qs).push(ds);
+    } else {
+        args.push(dptr(src1));
+    }
+    args.push(dptr(ids)).push(dptr(node.dst)).push(s);
+    // SAFETY: (w, [aq, ads | src1], ids, dst, tandem_mmid_shape); expert indices are checked
+    // on the device before any weight is read.
+    unsafe { ctx.stream.launch(&f, gemv_config(s.m, s.slots()), &mut args) }.map_err(KernelError::Gpu)
+}

@@ -1,0 +1,720 @@
+// Decode-shaped MUL_MAT (GEMV, 1..8 columns) and MUL_MAT_ID over every weight type, plus the
+// quantizer that turns f32 activations into q8_1 for the integer dot products.
+//
+// Launch layout (block = TANDEM_MV_THREADS threads, any wave size): each block takes
+// TANDEM_MV_ROWS consecutive weight rows (grid.x) of one batch or expert slot (grid.y), and each
+// wave of the block walks whole rows alone (one row per wave with 32-lane waves, two with 64), so
+// no block barrier stands between a row's loads and its sum: the sum is a wave reduction.
+// Quantized rows go in chunks of 4096 weights: the wave copies the chunk into its own slice of
+// shared memory with the widest loads the address allows (16 bytes when the row is 16-byte
+// aligned, which whole-superblock rows of every type are; quantized rows are otherwise only
+// 2-byte aligned), all of a lane's loads issued before the first store, then each lane dots
+// whole 32-weight groups with every column. Float rows are read straight from global memory in
+// 16-byte vectors, eight per lane in flight. So every weight byte is read once for all columns.
+//
+// Quantized weights meet activations quantized to q8_1 by tandem_quantize_q8_1 (per 32 values:
+// scale d and d * sum(q), kept as f32), dotted with 4-byte integer dot products; float weights
+// meet the f32 activations directly. The q8_1 copy lives in scratch memory as two arrays:
+// int8 values, `k` per column (16-byte aligned groups), then one float2 (d, d*sum) per group.
+#include "tandem_hip.h"
+#include "tandem_quant.h"
+
+#define TANDEM_MV_THREADS 128
+// Weight rows per block (mirrors GEMV_ROWS in backend/src/gpu/ops/matmul_launch.rs).
+#define TANDEM_MV_ROWS 4
+// 32-weight groups per staged chunk. 4096 weights are 16 superblocks, so every type's chunk is a
+// multiple of 16 bytes and keeps the next chunk as aligned as the row.
+#define TANDEM_MV_GROUPS 128
+#define TANDEM_MV_MAX_WAVES (TANDEM_MV_THREADS / 32)
+// Float rows: 16-byte vectors a lane has in flight at once.
+#define TANDEM_MV_FLOAT_UNROLL 8
+
+// Mirrors `MulMatShape` in backend/src/gpu/ops/matmul_launch.rs (eighteen i64, no padding);
+// gemm.hip has the same struct.
+struct tandem_mm_shape {
+    i64 k, m, n;                 // row length, weight rows, columns per batch
+    i64 ne12, ne13;              // src1 (and dst) batch extents
+    i64 r2, r3;                  // batch broadcast ratios ne12/ne02, ne13/ne03
+    i64 nb01, nb02, nb03;        // weight byte strides
+    i64 nb10, nb11, nb12, nb13;  // src1 byte strides (f32 elements)
+    i64 nb1, nb2, nb3;           // dst byte strides (dst elements are contiguous f32)
+    i64 pad;
+};
+
+// Mirrors `MulMatIdShape` in backend/src/gpu/ops/matmul_launch.rs (sixteen i64).
+struct tandem_mmid_shape {
+    i64 k, m, n_expert;
+    i64 n_used, n_tokens, n_b;  // ids [n_used, n_tokens]; src1 [k, n_b, n_tokens]
+    i64 nb01, nb02;             // expert weight byte strides
+    i64 nb11, nb12;             // src1 byte strides
+    i64 ids_nb0, ids_nb1;       // ids byte strides
+    i64 nb1, nb2;               // dst byte strides
+    i64 pad0, pad1;
+};
+
+// Mirrors `Q8Shape` in backend/src/gpu/ops/matmul_launch.rs: src1 as [k, ne1, ne2, ne3] with
+// byte strides; column c = i1 + ne1 * (i2 + ne2 * i3) of the q8_1 copy.
+struct tandem_q8_shape {
+    i64 k, ne1, ne2, ne3;
+    i64 nb0, nb1, nb2, nb3;
+};
+
+// ---------------------------------------------------------------- small helpers
+
+// Sum of four signed-byte products added to c.
+TANDEM_DEVICE int tandem_dp4a(int a, int b, int c) {
+#if defined(TANDEM_NVIDIA)
+    int r;
+    asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+#elif defined(__gfx1100__) || defined(__gfx1101__) || defined(__gfx1102__) || defined(__gfx1103__) || \
+    defined(__gfx1150__) || defined(__gfx1151__) || defined(__gfx1200__) || defined(__gfx1201__)
+    return __builtin_amdgcn_sudot4(true, a, true, b, c, false);
+#elif defined(__gfx906__) || defined(__gfx908__) || defined(__gfx90a__) || defined(__gfx942__) || \
+    defined(__gfx1030__) || defined(__gfx1031__) || defined(__gfx1032__) || defined(__gfx1034__)
+    return __builtin_amdgcn_sdot4(a, b, c, false);
+#else
+    for (int i = 0; i < 32; i += 8) {
+        c += (int)(signed char)(a >> i) * (int)(signed char)(b >> i);
+    }
+    return c;
+#endif
+}
+
+// 32 bits from a 2-byte-aligned address (block fields of 18-, 34-, 110- and 210-byte blocks).
+TANDEM_DEVICE u32 tandem_ld32_a2(const u8* p) {
+    const u16* q = (const u16*)p;
+    return (u32)q[0] | ((u32)q[1] << 16);
+}
+// 32 bits from a 4-byte-aligned address.
+TANDEM_DEVICE u32 tandem_ld32_a4(const u8* p) {
+    return *(const u32*)p;
+}
+TANDEM_DEVICE float tandem_ld_half(const u8* p) {
+    return tandem_f16_to_f32(*(const u16*)p);
+}
+
+// Byte i of the result holds bit i of `bits` (i < 4) at bit 4: the fifth bit of q5 weights.
+TANDEM_DEVICE u32 tandem_spread4(u32 bits) {
+    return ((bits & 1u) << 4) | ((bits & 2u) << 11) | ((bits & 4u) << 18) | ((bits & 8u) << 25);
+}
+
+// Sum of the four signed bytes of a.
+TANDEM_DEVICE int tandem_bsum4(int a, int c) {
+    return tandem_dp4a(0x01010101, a, c);
+}
+
+// 6-bit scale and min j (0..7) of q4_K / q5_K.
+TANDEM_DEVICE void tandem_scale_min_k4(const u8* q, int j, int& sc, int& mn) {
+    if (j < 4) {
+        sc = q[j] & 63;
+        mn = q[j + 4] & 63;
+    } else {
+        sc = (q[j + 4] & 15) | ((q[j - 4] >> 6) << 4);
+        mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+// 6-bit scale i (0..15) of q3_K, still biased by 32.
+TANDEM_DEVICE int tandem_scale_q3k(const u8* s, int i) {
+    const int lo = i < 8 ? (s[i] & 15) : (s[i - 8] >> 4);
+    const int hi = (s[8 + (i & 3)] >> (2 * (i >> 2))) & 3;
+    return lo | (hi << 4);
+}
+
+__constant__ i8 tandem_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                           1,    13,   25,  38,  53,  69,  89,  113};
+
+// Four 4-bit indices (one in each byte's low nibble) looked up in the iq4_nl table.
+TANDEM_DEVICE int tandem_iq4nl_lookup4(u32 x) {
+    u32 r = 0;
+    for (int i = 0; i < 4; ++i) {
+        r |= (u32)(u8)tandem_iq4nl_values[(x >> (8 * i)) & 15u] << (8 * i);
+    }
+    return (int)r;
+}
+
+// ---------------------------------------------------------------- weight types against q8_1
+// Each type: QK weights per block of BYTES bytes; dot() takes the block (in shared memory, at a
+// multiple of BYTES from a 16-byte-aligned base), the 32-weight group g within it, the group's
+// activation values a[8] (four signed bytes each), their scale da and da * sum(a).
+
+struct tandem_mv_q4_0 {
+    static constexpr int QK = 32, BYTES = 18;
+    static __device__ __forceinline__ float dot(const u8* b, int, const int* a, float da, float sa) {
+        int s = 0;
+        for (int i = 0; i < 4; ++i) {
+            const u32 v = tandem_ld32_a2(b + 2 + 4 * i);
+            s = tandem_dp4a((int)(v & 0x0F0F0F0Fu), a[i], s);
+            s = tandem_dp4a((int)((v >> 4) & 0x0F0F0F0Fu), a[4 + i], s);
+        }
+        return tandem_ld_half(b) * (da * (float)s - 8.0f * sa);
+    }
+};
+
+struct tandem_mv_q4_1 {
+    static constexpr int QK = 32, BYTES = 20;
+    static __device__ __forceinline__ float dot(const u8* b, int, const int* a, float da, float sa) {
+        int s = 0;
+        for (int i = 0; i < 4; ++i) {
+            const u32 v = tandem_ld32_a4(b + 4 + 4 * i);
+            s = tandem_dp4a((int)(v & 0x0F0F0F0Fu), a[i], s);
+            s = tandem_dp4a((int)((v >> 4) & 0x0F0F0F0Fu), a[4 + i], s);
+        }
+        return tandem_ld_half(b) * da * (float)s + tandem_ld_half(b + 2) * sa;
+    }
+};
+
+struct tandem_mv_q5_0 {
+    static constexpr int QK = 32, BYTES = 22;
+    static __device__ __forceinline__ float dot(const u8* b, int, const int* a, float da, float sa) {
+        const u32 qh = tandem_ld32_a2(b + 2);
+        int s = 0;
+        for (int i = 0; i < 4; ++i) {
+            const u32 v = tandem_ld32_a2(b + 6 + 4 * i);
+            const u32 lo = (v & 0x0F0F0F0Fu) | tandem_spread4(qh >> (4 * i));
+            const u32 hi = ((v >> 4) & 0x0F0F0F0Fu) | tandem_spread4(qh >> (16 + 4 * i));
+            s = tandem_dp4a((int)lo, a[i], s);
+            s = tandem_dp4a((int)hi, a[4 + i], s);
+        }
+        return tandem_ld_half(b) * (da * (float)s - 16.0f * sa);
+    }
+};
+
+struct tandem_mv_q5_1 {
+    static constexpr int QK = 32, BYTES = 24;
+    static __device__ __forceinline__ float dot(const u8* b, int, const int* a, float da, float sa) {
+        const u32 qh = tandem_ld32_a4(b + 4);
+        int s = 0;
+        for (int i = 0; i < 4; ++i) {
+            const u32 v = tandem_ld32_a4(b + 8 + 4 * i);
+            const u32 lo = (v & 0x0F0F0F0Fu) | tandem_spread4(qh >> (4 * i));
+            const u32 hi = ((v >> 4) & 0x0F0F0F0Fu) | tandem_spread4(qh >> (16 + 4 * i));
+            s = tandem_dp4a((int)lo, a[i], s);
+            s = tandem_dp4a((int)hi, a[4 + i], s);
+        }
+        return tandem_ld_half(b) * da * (float)s + tandem_ld_half(b + 2) * sa;
+    }
+};
+
+struct tandem_mv_q8_0 {
+    static constexpr int QK = 32, BYTES = 34;
+    static __device__ __forceinline__ float dot(const u8* b, int, const int* a, float da, float) {
+        int s = 0;
+        for (int i = 0; i < 8; ++i) {
+            s = tandem_dp4a((int)tandem_ld32_a2(b + 2 + 4 * i), a[i], s);
+        }
+        return tandem_ld_half(b) * da * (float)s;
+    }
+};
+
+struct tandem_mv_iq4_nl {
+    static constexpr int QK = 32, BYTES = 18;
+    static __device__ __forceinline__ float dot(const u8* b, int, const int* a, float da, float) {
+        int s = 0;
+        for (int i = 0; i < 4; ++i) {
+            const u32 v = tandem_ld32_a2(b + 2 + 4 * i);
+            s = tandem_dp4a(tandem_iq4nl_lookup4(v), a[i], s);
+            s = tandem_dp4a(tandem_iq4nl_lookup4(v >> 4), a[4 + i], s);
+        }
+        return tandem_ld_half(b) * da * (float)s;
+    }
+};
+
+// q2_K: scales[16] (low nibble scale, high nibble min), qs[64], d, dmin. Group g = 4n + j takes
+// bits 2j of qs[32n .. 32n + 32], and scales 2g, 2g + 1 for its two halves of 16.
+struct tandem_mv_q2_K {
+    static constexpr int QK = 256, BYTES = 84;
+    static __device__ __forceinline__ float dot(const u8* b, int g, const int* a, float da, float) {
+        const u8* q = b + 16 + 32 * (g >> 2);
+        const int shift = 2 * (g & 3);
+        float sd = 0.0f, sm = 0.0f;
+        for (int h = 0; h < 2; ++h) {
+            int s = 0, t = 0;
+            for (int i = 0; i < 4; ++i) {
+                const u32 v = (tandem_ld32_a4(q + 16 * h + 4 * i) >> shift) & 0x03030303u;
+                s = tandem_dp4a((int)v, a[4 * h + i], s);
+                t = tandem_bsum4(a[4 * h + i], t);
+            }
+            const int sc = b[2 * g + h];
+            sd += (float)((sc & 15) * s);
+            sm += (float)((sc >> 4) * t);
+        }
+        return da * (tandem_ld_half(b + 80) * sd - tandem_ld_half(b + 82) * sm);
+    }
+};
+
+// q3_K: hmask[32], qs[64], scales[12] (16 six-bit scales biased by 32), d. Group g = 4n + j takes
+// bits 2j of qs[32n ..], bit g of hmask (clear means minus 4), scales 2g, 2g + 1.
+struct tandem_mv_q3_K {
+    static constexpr int QK = 256, BYTES = 110;
+    static __device__ __forceinline__ float dot(const u8* b, int g, const int* a, float da, float) {
+        const u8* q = b + 32 + 32 * (g >> 2);
+        const int shift = 2 * (g & 3);
+        int acc = 0;
+        for (int h = 0; h < 2; ++h) {
+            int s = 0, t = 0;
+            for (int i = 0; i < 4; ++i) {
+                const u32 v = (tandem_ld32_a2(q + 16 * h + 4 * i) >> shift) & 0x03030303u;
+                const u32 hm = (tandem_ld32_a2(b + 16 * h + 4 * i) >> g) & 0x01010101u;
+                s = tandem_dp4a((int)(v | (hm << 2)), a[4 * h + i], s);
+                t = tandem_bsum4(a[4 * h + i], t);
+            }
+            acc += (tandem_scale_q3k(b + 96, 2 * g + h) - 32) * (s - 4 * t);
+        }
+        return tandem_ld_half(b + 108) * da * (float)acc;
+    }
+};
+
+// q4_K: d, dmin, scales[12] (eight 6-bit scale/min pairs), qs[128]. Group g takes nibble g & 1
+// of qs[32 * (g / 2) ..] and scale/min pair g.
+struct tandem_mv_q4_K {
+    static constexpr int QK = 256, BYTES = 144;
+    static __device__ __forceinline__ float dot(const u8* b, int g, const int* a, float da, float sa) {
+        const u8* q = b + 16 + 32 * (g >> 1);
+        const int shift = 4 * (g & 1);
+        int s = 0;
+        for (int i = 0; i < 8; ++i) {
+            const u32 v = (tandem_ld32_a4(q + 4 * i) >> shift) & 0x0F0F0F0Fu;
+            s = tandem_dp4a((int)v, a[i], s);
+        }
+        int sc, mn;
+        tandem_scale_min_k4(b + 4, g, sc, mn);
+        return tandem_ld_half(b) * (float)sc * da * (float)s - tandem_ld_half(b + 2) * (float)mn * sa;
+    }
+};
+
+// q5_K: q4_K plus qh[32] at 16 whose bit g is the group's fifth bit; qs at 48.
+struct tandem_mv_q5_K {
+    static constexpr int QK = 256, BYTES = 176;
+    static __device__ __forceinline__ float dot(const u8* b, int g, const int* a, float da, float sa) {
+        const u8* q = b + 48 + 32 * (g >> 1);
+        const int shift = 4 * (g & 1);
+        int s = 0;
+        for (int i = 0; i < 8; ++i) {
+            const u32 lo = (tandem_ld32_a4(q + 4 * i) >> shift) & 0x0F0F0F0Fu;
+            const u32 hi = (tandem_ld32_a4(b + 16 + 4 * i) >> g) & 0x01010101u;
+            s = tandem_dp4a((int)(lo | (hi << 4)), a[i], s);
+        }
+        int sc, mn;
+        tandem_scale_min_k4(b + 4, g, sc, mn);
+        return tandem_ld_half(b) * (float)sc * da * (float)s - tandem_ld_half(b + 2) * (float)mn * sa;
+    }
+};
+
+// q6_K: ql[128], qh[64], scales[16] (signed), d. Group g = 4n + j takes nibble j / 2 of
+// ql[64n + 32 (j & 1) ..], bits 2j of qh[32n ..], scales 8n + 2j (+1); values are biased by 32.
+struct tandem_mv_q6_K {
+    static constexpr int QK = 256, BYTES = 210;
+    static __device__ __forceinline__ float dot(const u8* b, int g, const int* a, float da, float) {
+        const int n = g >> 2, j = g & 3;
+        const u8* ql = b + 64 * n + 32 * (j & 1);
+        const u8* qh = b + 128 + 32 * n;
+        const int sl = 4 * (j >> 1), sh = 2 * j;
+        int acc = 0;
+        for (int h = 0; h < 2; ++h) {
+            int s = 0, t = 0;
+            for (int i = 0; i < 4; ++i) {
+                const u32 lo = (tandem_ld32_a2(ql + 16 * h + 4 * i) >> sl) & 0x0F0F0F0Fu;
+                const u32 hi = (tandem_ld32_a2(qh + 16 * h + 4 * i) >> sh) & 0x03030303u;
+                s = tandem_dp4a((int)(lo | (hi << 4)), a[4 * h + i], s);
+                t = tandem_bsum4(a[4 * h + i], t);
+            }
+            acc += (int)(i8)b[192 + 2 * g + h] * (s - 32 * t);
+        }
+        return tandem_ld_half(b + 208) * da * (float)acc;
+    }
+};
+
+// ---------------------------------------------------------------- staging
+
+// Orders one wave's shared-memory writes before its own later reads (no block barrier: every
+// wave stages and reads only its own slice).
+TANDEM_DEVICE void tandem_mv_wave_sync() {
+#if defined(TANDEM_NVIDIA)
+    __syncwarp();
+#else
+    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
+    __builtin_amdgcn_wave_barrier();
+    __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
+#endif
+}
+
+// Copies `bytes` (even, at most NV * 512) from global `src` into the wave's shared `dst`
+// (16-byte aligned) with the lanes of one wave. From a 16-byte-aligned source all NV loads of a
+// lane are issued before the first store, so a wave keeps its whole chunk in flight at once.
+template <int NV>
+TANDEM_DEVICE void tandem_mv_stage(u8* dst, const u8* src, int bytes, int lane, int ws) {
+    int done = 0;
+    if (((u64)src & 15u) == 0) {
+        const int n16 = bytes >> 4;
+        const uint4* s = (const uint4*)src;
+        uint4* d = (uint4*)dst;
+        uint4 r[NV];
+#pragma unroll
+        for (int q = 0; q < NV; ++q) {
+            const int i = lane + q * ws;
+            if (i < n16) r[q] = s[i];
+        }
+#pragma unroll
+        for (int q = 0; q < NV; ++q) {
+            const int i = lane + q * ws;
+            if (i < n16) d[i] = r[q];
+        }
+        done = n16 << 4;
+    } else if (((u64)src & 3u) == 0) {
+        const int n4 = bytes >> 2;
+        const u32* s = (const u32*)src;
+        u32* d = (u32*)dst;
+        for (int i = lane; i < n4; i += ws) d[i] = s[i];
+        done = n4 << 2;
+    }
+    const u16* s = (const u16*)src;
+    u16* d = (u16*)dst;
+    for (int i = (done >> 1) + lane; i < (bytes >> 1); i += ws) d[i] = s[i];
+}
+
+// ---------------------------------------------------------------- the row walks
+
+// Wave-wide sums of acc[0..ncols) written to out[j * out_stride] (bytes) by lane 0.
+template <int MAXC>
+TANDEM_DEVICE void tandem_mv_finish(float* acc, int ncols, char* out, i64 out_stride) {
+    const int lane = threadIdx.x % warpSize;
+#pragma unroll
+    for (int j = 0; j < MAXC; ++j) {
+        if (j < ncols) {
+            const float v = tandem_wave_sum(acc[j]);
+            if (lane == 0) *(float*)(out + j * out_stride) = v;
+        }
+    }
+}
+
+// Groups a lane takes per chunk with 32-lane waves (64-lane waves take half as many).
+#define TANDEM_MV_LANE_GROUPS (TANDEM_MV_GROUPS / 32)
+
+// One weight row of type T against q8_1 columns col0 .. col0 + ncols, walked by one wave; lane 0
+// writes the sums. `stage` is the wave's own 16-byte-aligned slice of shared memory.
+template <typename T, int MAXC>
+TANDEM_DEVICE void tandem_mv_quant_row(u8* stage, const u8* wrow, i64 k, const i8* aq, const float2* ads,
+                                       i64 col0, int ncols, char* out, i64 out_stride) {
+    constexpr int GPB = T::QK / 32;  // 32-weight groups per block
+    constexpr int NV = (TANDEM_MV_GROUPS / GPB * T::BYTES + 511) / 512;
+    // One column: the lane's activations are loaded beside the weights (both in flight at once).
+    constexpr int PRE = MAXC == 1 ? TANDEM_MV_LANE_GROUPS : 1;
+    const int lane = threadIdx.x % warpSize, ws = warpSize;
+    const i64 groups = k / 32;
+    float acc[MAXC];
+#pragma unroll
+    for (int j = 0; j < MAXC; ++j) acc[j] = 0.0f;
+    for (i64 g0 = 0; g0 < groups; g0 += TANDEM_MV_GROUPS) {
+        const int ng = (int)(groups - g0 < TANDEM_MV_GROUPS ? groups - g0 : TANDEM_MV_GROUPS);
+        int4 plo[PRE], phi[PRE];
+        float2 pds[PRE];
+        if (MAXC == 1) {
+#pragma unroll
+            for (int u = 0; u < PRE; ++u) {
+                const int t = lane + u * ws;
+                if (t < ng) {
+                    const i64 g = g0 + t;
+                    const int4* ap = (const int4*)(aq + col0 * k + g * 32);
+                    plo[u] = ap[0];
+                    phi[u] = ap[1];
+                    pds[u] = ads[col0 * groups + g];
+                }
+            }
+        }
+        tandem_mv_stage<NV>(stage, wrow + (g0 / GPB) * T::BYTES, ng / GPB * T::BYTES, lane, ws);
+        tandem_mv_wave_sync();
+        if (MAXC == 1) {
+#pragma unroll
+            for (int u = 0; u < PRE; ++u) {
+                const int t = lane + u * ws;
+                if (t < ng) {
+                    const int a[8] = {plo[u].x, plo[u].y, plo[u].z, plo[u].w, phi[u].x, phi[u].y, phi[u].z, phi[u].w};
+                    acc[0] += T::dot(stage + (t / GPB) * T::BYTES, t % GPB, a, pds[u].x, pds[u].y);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int u = 0; u < TANDEM_MV_LANE_GROUPS; ++u) {
+                const int t = lane + u * ws;
+                if (t < ng) {
+                    const i64 g = g0 + t;
+                    const u8* blk = stage + (t / GPB) * T::BYTES;
+#pragma unroll
+                    for (int j = 0; j < MAXC; ++j) {
+                        if (j < ncols) {
+                            const i64 c = col0 + j;
+                            const int4* ap = (const int4*)(aq + c * k + g * 32);
+                            const int4 lo = ap[0], hi = ap[1];
+                            const int a[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+                            const float2 ds = ads[c * groups + g];
+                            acc[j] += T::dot(blk, t % GPB, a, ds.x, ds.y);
+                        }
+                    }
+                }
+            }
+        }
+        tandem_mv_wave_sync();
+    }
+    tandem_mv_finish<MAXC>(acc, ncols, out, out_stride);
+}
+
+// Shared staging of one block: a chunk of T's bytes per wave.
+template <typename T>
+TANDEM_DEVICE u8* tandem_mv_wave_stage() {
+    constexpr int SB = (TANDEM_MV_GROUPS / (T::QK / 32) * T::BYTES + 15) / 16 * 16;
+    __shared__ __align__(16) u8 stage[TANDEM_MV_MAX_WAVES][SB];
+    return stage[threadIdx.x / warpSize];
+}
+
+// Float weights: element i of a row as f32, and V elements from one aligned 16-byte load.
+struct tandem_mv_f32 {
+    static constexpr int SIZE = 4, V = 4;
+    static __device__ __forceinline__ float at(const u8* r, i64 i) { return ((const float*)r)[i]; }
+    static __device__ __forceinline__ void vec(uint4 u, float* o) {
+        o[0] = __uint_as_float(u.x);
+        o[1] = __uint_as_float(u.y);
+        o[2] = __uint_as_float(u.z);
+        o[3] = __uint_as_float(u.w);
+    }
+};
+struct tandem_mv_f16 {
+    static constexpr int SIZE = 2, V = 8;
+    static __device__ __forceinline__ float at(const u8* r, i64 i) {
+        return tandem_f16_to_f32(((const u16*)r)[i]);
+    }
+    static __device__ __forceinline__ void vec(uint4 u, float* o) {
+        const u32 w[4] = {u.x, u.y, u.z, u.w};
+        for (int i = 0; i < 4; ++i) {
+            o[2 * i] = tandem_f16_to_f32((u16)(w[i] & 0xffffu));
+            o[2 * i + 1] = tandem_f16_to_f32((u16)(w[i] >> 16));
+        }
+    }
+};
+struct tandem_mv_bf16 {
+    static constexpr int SIZE = 2, V = 8;
+    static __device__ __forceinline__ float at(const u8* r, i64 i) {
+        return tandem_bf16_to_f32(((const u16*)r)[i]);
+    }
+    static __device__ __forceinline__ void vec(uint4 u, float* o) {
+        const u32 w[4] = {u.x, u.y, u.z, u.w};
+        for (int i = 0; i < 4; ++i) {
+            o[2 * i] = __uint_as_float(w[i] << 16);
+            o[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+        }
+    }
+};
+
+// One float weight row against f32 columns at act + j * act_stride (contiguous rows), walked by
+// one wave; lane 0 writes the sums.
+template <typename T, int MAXC>
+TANDEM_DEVICE void tandem_mv_float_row(const u8* wrow, i64 k, const char* act, i64 act_stride, int ncols,
+                                       char* out, i64 out_stride) {
+    const int lane = threadIdx.x % warpSize, ws = warpSize;
+    float acc[MAXC];
+#pragma unroll
+    for (int j = 0; j < MAXC; ++j) acc[j] = 0.0f;
+    const u64 align = (u64)wrow | (u64)act | (ncols > 1 ? (u64)act_stride : 0);
+    if ((align & 15u) == 0 && k % T::V == 0) {
+        const uint4* w = (const uint4*)wrow;
+        const i64 nv = k / T::V;
+        for (i64 i0 = 0; i0 < nv; i0 += (i64)TANDEM_MV_FLOAT_UNROLL * ws) {
+            uint4 r[TANDEM_MV_FLOAT_UNROLL];
+#pragma unroll
+            for (int q = 0; q < TANDEM_MV_FLOAT_UNROLL; ++q) {
+                const i64 i = i0 + lane + (i64)q * ws;
+                if (i < nv) r[q] = w[i];
+            }
+#pragma unroll
+            for (int q = 0; q < TANDEM_MV_FLOAT_UNROLL; ++q) {
+                const i64 i = i0 + lane + (i64)q * ws;
+                if (i < nv) {
+                    float wv[T::V];
+                    T::vec(r[q], wv);
+#pragma unroll
+                    for (int j = 0; j < MAXC; ++j) {
+                        if (j < ncols) {
+                            const float4* ap = (const float4*)(act + j * act_stride) + i * (T::V / 4);
+                            float s = 0.0f;
+#pragma unroll
+                            for (int v = 0; v < T::V / 4; ++v) {
+                                const float4 x = ap[v];
+                                s += wv[4 * v] * x.x + wv[4 * v + 1] * x.y + wv[4 * v + 2] * x.z + wv[4 * v + 3] * x.w;
+                            }
+                            acc[j] += s;
+                        }
+                    }
+                }
+            }
+        }
+    } else {
+        for (i64 i = lane; i < k; i += ws) {
+            const float wv = T::at(wrow, i);
+#pragma unroll
+            for (int j = 0; j < MAXC; ++j) {
+                if (j < ncols) acc[j] += wv * ((const float*)(act + j * act_stride))[i];
+            }
+        }
+    }
+    tandem_mv_finish<MAXC>(acc, ncols, out, out_stride);
+}
+
+// ---------------------------------------------------------------- kernels
+
+// Rows of this block: wave w takes rows first + w, first + w + waves, ... below first + ROWS.
+#define TANDEM_MV_FOR_ROWS(row, m)                                                                  \
+    for (i64 row = (i64)blockIdx.x * TANDEM_MV_ROWS + threadIdx.x / warpSize;                        \
+         row < (i64)blockIdx.x * TANDEM_MV_ROWS + TANDEM_MV_ROWS && row < (m); row += blockDim.x / warpSize)
+
+// MUL_MAT, quantized weights: block (rows, batch); columns of batch b are q8_1 columns b*n ...
+template <typename T, int MAXC>
+TANDEM_DEVICE void tandem_gemv_quant(const char* w, const char* aq, const char* ads, char* dst,
+                                     const tandem_mm_shape& s) {
+    const i64 b = blockIdx.y;
+    if (b >= s.ne12 * s.ne13) return;
+    const i64 i12 = b % s.ne12, i13 = b / s.ne12;
+    u8* stage = tandem_mv_wave_stage<T>();
+    TANDEM_MV_FOR_ROWS(row, s.m) {
+        const u8* wrow = (const u8*)w + row * s.nb01 + (i12 / s.r2) * s.nb02 + (i13 / s.r3) * s.nb03;
+        char* out = dst + row * 4 + i12 * s.nb2 + i13 * s.nb3;
+        tandem_mv_quant_row<T, MAXC>(stage, wrow, s.k, (const i8*)aq, (const float2*)ads, b * s.n, (int)s.n, out,
+                                     s.nb1);
+    }
+}
+
+// MUL_MAT, float weights: src1 is read directly.
+template <typename T, int MAXC>
+TANDEM_DEVICE void tandem_gemv_float(const char* w, const char* src1, char* dst, const tandem_mm_shape& s) {
+    const i64 b = blockIdx.y;
+    if (b >= s.ne12 * s.ne13) return;
+    const i64 i12 = b % s.ne12, i13 = b / s.ne12;
+    const char* act = src1 + i12 * s.nb12 + i13 * s.nb13;
+    TANDEM_MV_FOR_ROWS(row, s.m) {
+        const u8* wrow = (const u8*)w + row * s.nb01 + (i12 / s.r2) * s.nb02 + (i13 / s.r3) * s.nb03;
+        char* out = dst + row * 4 + i12 * s.nb2 + i13 * s.nb3;
+        tandem_mv_float_row<T, MAXC>(wrow, s.k, act, s.nb11, (int)s.n, out, s.nb1);
+    }
+}
+
+// The expert of slot (u, t), or -1 when ids holds no valid expert index there.
+TANDEM_DEVICE i64 tandem_mmid_expert(const char* ids, const tandem_mmid_shape& s, i64 u, i64 t) {
+    const i32 e = *(const i32*)(ids + u * s.ids_nb0 + t * s.ids_nb1);
+    return (e >= 0 && (i64)e < s.n_expert) ? (i64)e : -1;
+}
+
+// MUL_MAT_ID: block (rows, slot u + n_used * t); slot (u, t) reads src1 row (u % n_b, t) and
+// writes dst[row, u, t]. A bad expert index yields NaN, never a read outside the experts.
+template <typename T>
+TANDEM_DEVICE void tandem_mmid_quant(const char* w, const char* aq, const char* ads, const char* ids, char* dst,
+                                     const tandem_mmid_shape& s) {
+    const i64 slot = blockIdx.y;
+    if (slot >= s.n_used * s.n_tokens) return;
+    const i64 u = slot % s.n_used, t = slot / s.n_used;
+    const i64 e = tandem_mmid_expert(ids, s, u, t);
+    u8* stage = tandem_mv_wave_stage<T>();
+    TANDEM_MV_FOR_ROWS(row, s.m) {
+        char* out = dst + row * 4 + u * s.nb1 + t * s.nb2;
+        if (e < 0) {
+            if (threadIdx.x % warpSize == 0) *(float*)out = __int_as_float(0x7fc00000);
+            continue;
+        }
+        const u8* wrow = (const u8*)w + row * s.nb01 + e * s.nb02;
+        tandem_mv_quant_row<T, 1>(stage, wrow, s.k, (const i8*)aq, (const float2*)ads, (u % s.n_b) + s.n_b * t, 1,
+                                  out, 0);
+    }
+}
+
+template <typename T>
+TANDEM_DEVICE void tandem_mmid_float(const char* w, const char* src1, const char* ids, char* dst,
+                                     const tandem_mmid_shape& s) {
+    const i64 slot = blockIdx.y;
+    if (slot >= s.n_used * s.n_tokens) return;
+    const i64 u = slot % s.n_used, t = slot / s.n_used;
+    const i64 e = tandem_mmid_expert(ids, s, u, t);
+    const char* act = src1 + (u % s.n_b) * s.nb11 + t * s.nb12;
+    TANDEM_MV_FOR_ROWS(row, s.m) {
+        char* out = dst + row * 4 + u * s.nb1 + t * s.nb2;
+        if (e < 0) {
+            if (threadIdx.x % warpSize == 0) *(float*)out = __int_as_float(0x7fc00000);
+            continue;
+        }
+        const u8* wrow = (const u8*)w + row * s.nb01 + e * s.nb02;
+        tandem_mv_float_row<T, 1>(wrow, s.k, act, 0, 1, out, 0);
+    }
+}
+
+// f32 activations to q8_1: one thread per value, 32 lanes per group (a wave64 holds two groups;
+// the xor shuffles below 32 stay inside one). Grid: x over k in 256s, y over columns.
+extern "C" __global__ void __launch_bounds__(256)
+tandem_quantize_q8_1(const char* src, i8* aq, float2* ads, tandem_q8_shape s) {
+    const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    const i64 cols = s.ne1 * s.ne2 * s.ne3;
+    const i64 groups = s.k / 32;
+    for (i64 c = blockIdx.y; c < cols; c += gridDim.y) {
+        const i64 i1 = c % s.ne1, i2 = (c / s.ne1) % s.ne2, i3 = c / (s.ne1 * s.ne2);
+        const bool in = i < s.k;
+        const float x = in ? *(const float*)(src + i * s.nb0 + i1 * s.nb1 + i2 * s.nb2 + i3 * s.nb3) : 0.0f;
+        float amax = fabsf(x);
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor(amax, o));
+        const float d = amax / 127.0f;
+        const int q = amax == 0.0f ? 0 : (int)roundf(x / d);
+        int sum = q;
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor(sum, o);
+        if (in) {
+            aq[c * s.k + i] = (i8)q;
+            if ((i & 31) == 0) ads[c * groups + i / 32] = make_float2(d, d * (float)sum);
+        }
+    }
+}
+
+#define TANDEM_MV_ARGS_Q const char *w, const char *aq, const char *ads, char *dst, tandem_mm_shape s
+#define TANDEM_MV_ARGS_F const char *w, const char *src1, char *dst, tandem_mm_shape s
+#define TANDEM_MMID_ARGS_Q const char *w, const char *aq, const char *ads, const char *ids, char *dst, tandem_mmid_shape s
+#define TANDEM_MMID_ARGS_F const char *w, const char *src1, const char *ids, char *dst, tandem_mmid_shape s
+#define TANDEM_MV_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_MV_THREADS)
+
+// _c1: one column (decode); _c8: up to eight columns from one pass over the weights.
+TANDEM_MV_KERNEL tandem_gemv_f32_c1(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_f32, 1>(w, src1, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_f32_c8(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_f32, 8>(w, src1, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_f16_c1(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_f16, 1>(w, src1, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_f16_c8(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_f16, 8>(w, src1, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_bf16_c1(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_bf16, 1>(w, src1, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_bf16_c8(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_bf16, 8>(w, src1, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q4_0_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_0, 1>(w, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q4_0_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_0, 8>(w, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q4_1_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_1, 1>(w, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q4_1_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_1, 8>(w, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q5_0_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_0, 1>(w, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q5_0_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_0, 8>(w, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q5_1_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_1, 1>(w, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q5_1_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_1, 8>(w, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q8_0_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q8_0, 1>(w, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q8_0_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q8_0, 8>(w, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q2_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q2_K, 1>(w, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q2_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q2_K, 8>(w, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q3_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q3_K, 1>(w, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q3_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q3_K, 8>(w, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q4_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_K, 1>(w, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q4_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_K, 8>(w, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q5_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_K, 1>(w, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q5_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_K, 8>(w, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q6_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q6_K, 1>(w, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q6_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q6_K, 8>(w, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_iq4_nl_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_iq4_nl, 1>(w, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_iq4_nl_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_iq4_nl, 8>(w, aq, ads, dst, s); }
+
+TANDEM_MV_KERNEL tandem_mul_mat_id_f32(TANDEM_MMID_ARGS_F) { tandem_mmid_float<tandem_mv_f32>(w, src1, ids, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_f16(TANDEM_MMID_ARGS_F) { tandem_mmid_float<tandem_mv_f16>(w, src1, ids, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_bf16(TANDEM_MMID_ARGS_F) { tandem_mmid_float<tandem_mv_bf16>(w, src1, ids, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_q4_0(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q4_0>(w, aq, ads, ids, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_q4_1(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q4_1>(w, aq, ads, ids, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_q5_0(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q5_0>(w, aq, ads, ids, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_q5_1(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q5_1>(w, aq, ads, ids, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_q8_0(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q8_0>(w, aq, ads, ids, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_q2_K(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q2_K>(w, aq, ads, ids, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_q3_K(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q3_K>(w, aq, ads, ids, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_q4_K(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q4_K>(w, aq, ads, ids, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_q5_K(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q5_K>(w, aq, ads, ids, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_q6_K(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q6_K>(w, aq, ads, ids, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_iq4_nl(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_iq4_nl>(w, aq, ads, ids, dst, s); }

@@ -1,0 +1,133 @@
+// Row reductions on f32 with ggml byte strides: NORM, RMS_NORM (alone or with the following MUL
+// folded in, so the normalized row is never written to memory) and SUM_ROWS.
+//
+// One block per row (grid-stride over rows). Each thread keeps a float partial over a strided
+// part of the row; partials meet through a wave sum and one shared slot per wave, read back in
+// wave order, so the result is deterministic. Float partials of a few elements each keep the
+// relative error of a 5120-wide sum near 1e-7, far inside the 1e-7 NMSE allowed on the outputs.
+//
+// In place (dst sharing src's bytes with the same strides) is safe: every read of a row that
+// feeds a reduction happens before the barrier of that reduction, and the final pass reads each
+// element in the same thread that then writes it.
+#include "tandem_hip.h"
+
+// Mirrors `RowShape` in backend/src/gpu/ops/rows.rs (five blocks of four i64, no padding).
+struct tandem_row_shape {
+    i64 ne[4];   // src extents; dst has the same (SUM_ROWS: dst dim 0 is 1)
+    i64 nbs[4];  // src byte strides
+    i64 nbd[4];  // dst byte strides (the MUL's dst when fused)
+    i64 new_[4]; // fused MUL: extents of the other operand, each dividing ne; else all 1
+    i64 nbw[4];  // fused MUL: byte strides of the other operand
+};
+
+// Sum over the block; every thread gets the total. `slots` holds one float per wave; the leading
+// barrier lets a block call this again right after a previous call.
+TANDEM_DEVICE float tandem_norm_block_sum(float v, float* slots) {
+    v = tandem_wave_sum(v);
+    const int waves = (int)((blockDim.x + warpSize - 1) / warpSize);
+    __syncthreads();
+    if (threadIdx.x % warpSize == 0) {
+        slots[threadIdx.x / warpSize] = v;
+    }
+    __syncthreads();
+    float total = 0.0f;
+    for (int w = 0; w < waves; ++w) {
+        total += slots[w];
+    }
+    return total;
+}
+
+// At most 1024 threads per block and waves of at least 32 lanes.
+#define TANDEM_NORM_MAX_WAVES 32
+
+template <bool RMS, bool FUSED>
+TANDEM_DEVICE void tandem_norm_rows(const char* src, const char* other, char* dst, const tandem_row_shape& s,
+                                    float eps) {
+    __shared__ float slots[TANDEM_NORM_MAX_WAVES];
+    const i64 rows = s.ne[1] * s.ne[2] * s.ne[3];
+    const i64 n = s.ne[0];
+    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        const i64 i1 = r % s.ne[1];
+        const i64 i2 = (r / s.ne[1]) % s.ne[2];
+        const i64 i3 = r / (s.ne[1] * s.ne[2]);
+        const char* x = src + i1 * s.nbs[1] + i2 * s.nbs[2] + i3 * s.nbs[3];
+        char* d = dst + i1 * s.nbd[1] + i2 * s.nbd[2] + i3 * s.nbd[3];
+
+        float mean = 0.0f;
+        if (!RMS) {
+            float part = 0.0f;
+            for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+                part += *(const float*)(x + i * s.nbs[0]);
+            }
+            mean = tandem_norm_block_sum(part, slots) / (float)n;
+        }
+        float part = 0.0f;
+        for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+            const float v = *(const float*)(x + i * s.nbs[0]) - mean;
+            part += v * v;
+        }
+        const float var = tandem_norm_block_sum(part, slots) / (float)n;
+        const float scale = 1.0f / sqrtf(var + eps);
+
+        if (FUSED) {
+            const char* w = other + (i1 % s.new_[1]) * s.nbw[1] + (i2 % s.new_[2]) * s.nbw[2] +
+                            (i3 % s.new_[3]) * s.nbw[3];
+            const bool whole = s.new_[0] == n;
+            for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+                const float y = (*(const float*)(x + i * s.nbs[0]) - mean) * scale;
+                const i64 j = whole ? i : i % s.new_[0];
+                *(float*)(d + i * s.nbd[0]) = y * *(const float*)(w + j * s.nbw[0]);
+            }
+        } else {
+            for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+                *(float*)(d + i * s.nbd[0]) = (*(const float*)(x + i * s.nbs[0]) - mean) * scale;
+            }
+        }
+        // The next row's first reduction starts with a barrier, so `slots` is free again.
+    }
+}
+
+// ggml_rms_norm: x / sqrt(mean(x^2) + eps).
+extern "C" __global__ void __launch_bounds__(1024)
+tandem_rms_norm_f32(const char* src, char* dst, tandem_row_shape s, float eps) {
+    tandem_norm_rows<true, false>(src, nullptr, dst, s, eps);
+}
+
+// ggml_norm: (x - mean) / sqrt(var + eps).
+extern "C" __global__ void __launch_bounds__(1024)
+tandem_norm_f32(const char* src, char* dst, tandem_row_shape s, float eps) {
+    tandem_norm_rows<false, false>(src, nullptr, dst, s, eps);
+}
+
+// RMS_NORM then MUL by `other` (repeated over the rows as ggml_mul repeats its src1).
+extern "C" __global__ void __launch_bounds__(1024)
+tandem_rms_norm_mul_f32(const char* src, const char* other, char* dst, tandem_row_shape s, float eps) {
+    tandem_norm_rows<true, true>(src, other, dst, s, eps);
+}
+
+// NORM then MUL by `other`.
+extern "C" __global__ void __launch_bounds__(1024)
+tandem_norm_mul_f32(const char* src, const char* other, char* dst, tandem_row_shape s, float eps) {
+    tandem_norm_rows<false, true>(src, other, dst, s, eps);
+}
+
+// ggml_sum_rows: dst[0, i1, i2, i3] = sum of src row (i1, i2, i3).
+extern "C" __global__ void __launch_bounds__(1024)
+tandem_sum_rows_f32(const char* src, char* dst, tandem_row_shape s) {
+    __shared__ float slots[TANDEM_NORM_MAX_WAVES];
+    const i64 rows = s.ne[1] * s.ne[2] * s.ne[3];
+    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        const i64 i1 = r % s.ne[1];
+        const i64 i2 = (r / s.ne[1]) % s.ne[2];
+        const i64 i3 = r / (s.ne[1] * s.ne[2]);
+        const char* x = src + i1 * s.nbs[1] + i2 * s.nbs[2] + i3 * s.nbs[3];
+        float part = 0.0f;
+        for (i64 i = threadIdx.x; i < s.ne[0]; i += blockDim.x) {
+            part += *(const float*)(x + i * s.nbs[0]);
+        }
+        const float total = tandem_norm_block_sum(part, slots);
+        if (threadIdx.x == 0) {
+            *(float*)(dst + i1 * s.nbd[1] + i2 * s.nbd[2] + i3 * s.nbd[3]) = total;
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! `tandem kernels`: the kernel catalog, and `--build` to compile every family for the GPUs
+//! present (through the JIT disk cache, so a later start loads them instead of compiling).
+
+use crate::common::pick_device;
+use std::sync::Arc;
+use tandem_backend::{devices, Device};
+
+pub fn kernels(build: bool, device: Option<&str>) -> Result<bool, String> {
+    let catalog = tandem_backend::gpu::catalog();
+    println!("kernel families: {}", catalog.len());
+    for k in catalog {
+        println!("  {:<14} {:<18} {} entries", k.family, k.file, k.entries.len());
+    }
+    if !build {
+        return Ok(true);
+    }
+    let gpus: Vec<Arc<Device>> = match device {
+        Some(name) => vec![pick_device(Some(name))?],
+        None => devices()
+            .into_iter()
+            .filter(|d| matches!(**d, Device::Gpu(_)))
+            .collect(),
+    };
+    let gpus: Vec<_> = gpus
+        .iter()
+        .filter_map(|d| match &**d {
+            Device::Gpu(g) => Some(g),
+            Device::Host(_) => None,
+        })
+        .collect();
+    if gpus.is_empty() {
+        println!("kernels --build: no GPU device, nothing built");
+        println!("{}", tandem_backend::gpu::report());
+        return Ok(false);
+    }
+    let cache = tandem_backend::gpu::KernelCache::global();
+    let mut ok = true;
+    for g in gpus {
+        println!(
+            "{} ({}), cache {}",
+            g.name(),
+            g.info().arch,
+            cache
+                .dir()
+                .map(|d| d.display().to_string())
+                .unwrap_or_else(|| "off".into())
+        );
+        for (family, result) in g.kernels().build_all() {
+            match result {
+                Ok(()) => {}
+                Err(e) => {
+                    ok = false;
+                    println!("  {family:<14} FAIL: {e}");
+                }
+            }
+        }
+        for r in g.kernels().records() {
+            println!(
+                "  {:<14} {:<8} {:>9.1} ms {:>9} bytes",
+                r.family,
+                format!("{:?}", r.origin).to_lowercase(),
+                r.time.as_secs_f64() * 1e3,
+                r.bytes
+            );
+        }
+    }
+    println!("kernels --build: {}", if ok { "ok" } else { "FAILED" });
+    Ok(ok)
+}
