@@ -77,14 +77,18 @@ pub struct LoadRecord {
     pub bytes: usize,
 }
 
+/// (family, entry, function) of a looked-up entry point.
+type CachedFunction = (String, String, Function);
+
 /// The kernels of one device.
 pub struct Kernels {
     ctx: Arc<Context>,
     compiler: Arc<dyn KernelCompiler>,
     cache: Arc<KernelCache>,
     modules: Mutex<HashMap<&'static str, Arc<Module>>>,
-    /// Entry points already looked up, so a launch costs no driver lookup.
-    functions: Mutex<HashMap<(String, String), Function>>,
+    /// Entry points already looked up, so a launch costs no driver lookup; keyed by a hash of
+    /// (family, entry) so a lookup allocates nothing.
+    functions: Mutex<HashMap<u64, Vec<CachedFunction>>>,
     records: Mutex<Vec<LoadRecord>>,
 }
 
@@ -128,15 +132,31 @@ impl Kernels {
 
     /// The entry point `entry` of `family`.
     pub fn function(&self, family: &str, entry: &str) -> Result<Function, KernelError> {
-        let key = (family.to_string(), entry.to_string());
-        if let Some(f) = self.functions.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
-            return Ok(f.clone());
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (family, entry).hash(&mut h);
+        let key = h.finish();
+        let found = |v: &Vec<CachedFunction>| {
+            v.iter()
+                .find(|(fam, e, _)| fam == family && e == entry)
+                .map(|(_, _, f)| f.clone())
+        };
+        if let Some(f) = self
+            .functions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+            .and_then(found)
+        {
+            return Ok(f);
         }
         let f = self.module(family)?.function(entry)?;
         self.functions
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(key, f.clone());
+            .entry(key)
+            .or_default()
+            .push((family.to_string(), entry.to_string(), f.clone()));
         Ok(f)
     }
 

@@ -229,7 +229,7 @@ impl Module {
         Ok(Function {
             module: self.clone(),
             raw,
-            name: name.to_string(),
+            name: name.into(),
         })
     }
 }
@@ -248,7 +248,7 @@ impl Drop for Module {
 pub struct Function {
     module: Arc<Module>,
     raw: RawFunction,
-    name: String,
+    name: Arc<str>,
 }
 
 impl Function {
@@ -262,32 +262,40 @@ impl Function {
     }
 }
 
-/// Kernel parameters: each value copied into its own 16-byte-aligned slot, and the pointer
-/// array the launch APIs want.
+/// Kernel parameters: each value copied into its own 16-byte-aligned slot of one buffer, and
+/// the pointer array the launch APIs want (made at launch, when the buffer no longer moves).
 #[derive(Default)]
 pub struct KernelArgs {
-    slots: Vec<Box<[u128]>>,
+    words: Vec<u128>,
+    /// First word of each parameter.
+    starts: Vec<usize>,
 }
 
 impl KernelArgs {
     pub fn new() -> KernelArgs {
-        KernelArgs::default()
+        KernelArgs {
+            words: Vec::with_capacity(32),
+            starts: Vec::with_capacity(8),
+        }
     }
 
     /// Appends one parameter; `T` must have the C layout of the kernel's parameter (a scalar, a
     /// `DevicePtr` for a pointer, or a `#[repr(C)]` struct).
     pub fn push<T: Copy>(&mut self, value: T) -> &mut Self {
         let n = std::mem::size_of::<T>().div_ceil(16).max(1);
-        let mut slot = vec![0u128; n].into_boxed_slice();
-        // SAFETY: the slot holds at least size_of::<T>() bytes, aligned to 16 >= align_of::<T>()
-        // for every parameter type kernels take.
-        unsafe { std::ptr::write_unaligned(slot.as_mut_ptr().cast::<T>(), value) };
-        self.slots.push(slot);
+        let start = self.words.len();
+        self.words.resize(start + n, 0);
+        // SAFETY: words start..start+n hold at least size_of::<T>() bytes, aligned to 16 >=
+        // align_of::<T>() for every parameter type kernels take.
+        unsafe { std::ptr::write_unaligned(self.words[start..].as_mut_ptr().cast::<T>(), value) };
+        self.starts.push(start);
         self
     }
 
     fn pointers(&mut self) -> Vec<*mut c_void> {
-        self.slots.iter_mut().map(|s| s.as_mut_ptr().cast()).collect()
+        let base = self.words.as_mut_ptr();
+        // SAFETY: every start is inside `words`, which is not resized while the pointers live.
+        self.starts.iter().map(|&s| unsafe { base.add(s) }.cast()).collect()
     }
 }
 
