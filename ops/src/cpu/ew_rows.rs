@@ -6,15 +6,12 @@
 //! the very same elements (an in-place op). Anything else runs on the calling thread, row by row,
 //! so odd aliasing gives ggml's answer-by-order instead of a data race.
 
+use crate::pool::MIN_PARALLEL_WORK;
 use crate::CpuContext;
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 use std::sync::Mutex;
 use tandem_graph::{ElemType, Tensor};
-
-/// Below this many element operations a node runs on the calling thread: waking the pool would
-/// cost more than the work.
-const MIN_PARALLEL_WORK: usize = 1 << 14;
 
 pub(super) fn is_float(ty: ElemType) -> bool {
     matches!(ty, ElemType::F32 | ElemType::F16 | ElemType::BF16)
@@ -92,7 +89,7 @@ pub(super) fn for_row_ranges<F>(
     }
     let enough = nrows.saturating_mul(work_per_row.max(1)) >= MIN_PARALLEL_WORK;
     if enough && nrows > 1 && ctx.n_threads() > 1 && rows_independent(dst, srcs) {
-        ctx.par_chunks(nrows, 4, f);
+        ctx.par_chunks_work(nrows, 4, nrows.saturating_mul(work_per_row), f);
     } else {
         f(0, nrows);
     }

@@ -124,12 +124,16 @@ pub(super) unsafe fn run(ctx: &CpuContext, dst: &Tensor, srcs: &Srcs, s: FaShape
         simd: Simd::detect(),
     };
     let n_items = s.n_seq * s.n_head_kv * split.n_chunks * split.n_q_blocks;
+    // A q·k and a weighted V row per (row, key) pair.
+    let work = (n_rows * s.n_kv).saturating_mul(s.dk + s.dv);
     // SAFETY: each item writes only the dst rows (or partial slots) of its own (query, head,
     // chunk) triples, which no other item shares.
-    ctx.par_for(n_items, |item| unsafe { job.item(item) });
+    ctx.par_for_work(n_items, work, |item| unsafe { job.item(item) });
     if split.n_chunks > 1 {
         // SAFETY: each task reads the partials of one row and writes that row of dst.
-        ctx.par_for(n_rows, |row| unsafe { job.merge_row(row) });
+        ctx.par_for_work(n_rows, n_rows * split.n_chunks * s.dv, |row| unsafe {
+            job.merge_row(row)
+        });
     }
 }
 

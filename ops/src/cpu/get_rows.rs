@@ -62,7 +62,7 @@ pub unsafe fn run(ctx: &CpuContext, dst: &Tensor, srcs: &Srcs) -> Result<(), OpE
     let rows = unsafe { read_indices(dst, srcs, idx, a.ne[1])? };
     let ne0 = a.ne[0] as usize;
     let failed: OnceLock<QuantError> = OnceLock::new();
-    ctx.par_chunks(rows.len(), 4, |start, end| {
+    ctx.par_chunks_work(rows.len(), 4, rows.len() * ne0, |start, end| {
         let mut scratch = vec![0f32; ne0];
         for r in start..end {
             let (i10, i11, i12) = split_row(dst.ne, r);

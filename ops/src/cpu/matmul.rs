@@ -118,7 +118,7 @@ pub(crate) unsafe fn convert_src1(ctx: &CpuContext, src1: &Tensor, act: ElemType
     let mut out = vec![0u8; rows * row_bytes];
     let base = SendPtr(out.as_mut_ptr());
     let failed = std::sync::atomic::AtomicBool::new(false);
-    ctx.par_chunks(rows, 2, |r0, r1| {
+    ctx.par_chunks_work(rows, 2, rows * k * 4, |r0, r1| {
         let mut scratch = vec![0f32; k];
         for r in r0..r1 {
             let [_, i1, i2, i3] = crate::data::row_index(src1.ne, r as i64);
@@ -232,7 +232,7 @@ unsafe fn run_mul_mat(
     let row_bytes = src0.ty.row_size(k as i64).unwrap_or(0);
     let band = rows_per_task(ctx, m, row_bytes, batches, m * n * k * batches);
     let bands = m.div_ceil(band);
-    ctx.par_for(batches * bands, |task| {
+    ctx.par_for_work(batches * bands, (m * k).saturating_mul(n * batches), |task| {
         let (b, band_i) = (task / bands, task % bands);
         let (i12, i13) = (b % ne12, b / ne12);
         let w = src0.data + (i12 / r2) * src0.nb[2] + (i13 / r3) * src0.nb[3];
@@ -304,7 +304,8 @@ unsafe fn run_mul_mat_id(
     let row_bytes = src0.ty.row_size(k as i64).unwrap_or(0);
     let band = rows_per_task(ctx, m, row_bytes, active.len(), m * k * n_used * n_tokens);
     let bands = m.div_ceil(band);
-    ctx.par_for(active.len() * bands, |task| {
+    let work = (m * k).saturating_mul(n_used * n_tokens);
+    ctx.par_for_work(active.len() * bands, work, |task| {
         let e = active[task / bands];
         let band_i = task % bands;
         let rows = band_i * band..((band_i + 1) * band).min(m);

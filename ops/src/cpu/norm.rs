@@ -29,7 +29,8 @@ pub unsafe fn run(ctx: &CpuContext, dst: &Tensor, srcs: &Srcs) -> Result<(), OpE
     let eps = params::norm_eps(dst);
     let rms = dst.op == Op::RmsNorm;
     let ne0 = a.ne[0] as usize;
-    ctx.par_chunks(a.nrows() as usize, 4, |start, end| {
+    let nrows = a.nrows() as usize;
+    ctx.par_chunks_work(nrows, 4, nrows * ne0 * 3, |start, end| {
         let mut row = vec![0f32; ne0];
         for r in start..end {
             let (i1, i2, i3) = split_row(a.ne, r);

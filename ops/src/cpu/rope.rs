@@ -153,7 +153,9 @@ pub unsafe fn run(ctx: &CpuContext, dst: &Tensor, srcs: &Srcs) -> Result<(), OpE
     let half = (p.n_dims / 2) as usize;
     let neox = p.mode == ROPE_TYPE_NEOX;
     let ne0 = a.ne[0] as usize;
-    ctx.par_chunks(a.nrows() as usize, 4, |start, end| {
+    let nrows = a.nrows() as usize;
+    // Each row computes its angles' cos and sin (tens of operations per pair) and rotates.
+    ctx.par_chunks_work(nrows, 4, nrows * ne0 * 8, |start, end| {
         let mut row = vec![0f32; ne0];
         // Separate cos and sin arrays let the neox loop vectorize.
         let mut cos = vec![0f32; half];

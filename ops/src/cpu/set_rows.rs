@@ -77,7 +77,8 @@ pub unsafe fn run(ctx: &CpuContext, dst: &Tensor, srcs: &Srcs) -> Result<(), OpE
     let ne0 = dst.ne[0] as usize;
     let failed: OnceLock<QuantError> = OnceLock::new();
     let n_src_rows = rows.nrows() as usize;
-    ctx.par_chunks(n_src_rows, 4, |start, end| {
+    // Quantizing a row costs a few operations per element.
+    ctx.par_chunks_work(n_src_rows, 4, n_src_rows * ne0 * 4, |start, end| {
         let mut scratch = vec![0f32; ne0];
         for r in start..end {
             let (i, i2, i3) = split_row(rows.ne, r);

@@ -87,7 +87,9 @@ pub unsafe fn run(ctx: &CpuContext, dst: &Tensor, srcs: &Srcs) -> Result<(), OpE
     let p = SoftMaxParams::read(dst);
     let ne0 = a.ne[0] as usize;
     let n_head = a.ne[2] as u32;
-    ctx.par_chunks(a.nrows() as usize, 4, |start, end| {
+    let nrows = a.nrows() as usize;
+    // Max, exp and scale: a few operations per element.
+    ctx.par_chunks_work(nrows, 4, nrows * ne0 * 4, |start, end| {
         let mut w = vec![0f32; ne0];
         let mut m = vec![0f32; ne0];
         let mut e = vec![0f32; ne0];

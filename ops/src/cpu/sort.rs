@@ -90,7 +90,9 @@ pub unsafe fn run(ctx: &CpuContext, dst: &Tensor, srcs: &Srcs) -> Result<(), OpE
     let desc = dst.op == Op::TopK || params::sort_order(dst) == Some(SortOrder::Desc);
     let k = dst.ne[0] as usize;
     let ne0 = a.ne[0] as usize;
-    ctx.par_chunks(a.nrows() as usize, 4, |start, end| {
+    // A comparison sort: about ne0 · log2(ne0) steps a row, counted as 8 per element.
+    let nrows = a.nrows() as usize;
+    ctx.par_chunks_work(nrows, 4, nrows * ne0 * 8, |start, end| {
         let mut vals = vec![0f32; ne0];
         let mut keys: Vec<u64> = Vec::with_capacity(ne0);
         for r in start..end {

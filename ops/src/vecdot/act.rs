@@ -35,13 +35,22 @@ fn abs_max(x: &[f32]) -> f32 {
     x.iter().fold(0.0f32, |m, v| m.max(v.abs()))
 }
 
+/// `x` rounded to the nearest integer, ties to even, for |x| <= 2^22 (quants are within ±128):
+/// past 1.5·2^23 floats are whole numbers, so the addition rounds in the FPU's default
+/// nearest-even mode and the subtraction is exact. `round_ties_even` compiles to a call of
+/// libm's `rintf` on baseline x86-64, which was 11% of a tiny q4_0 model's decode time (perf).
+fn round_quant(x: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0;
+    (x + MAGIC) - MAGIC
+}
+
 /// One block of 32: scale `amax / 127`, then `qs = round(x / d)`; returns (d, Σqs).
 fn q8_block(x: &[f32], qs: &mut [u8]) -> (f32, i32) {
     let d = abs_max(x) / 127.0;
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
     let mut sum = 0i32;
     for (q, v) in qs.iter_mut().zip(x) {
-        let r = (v * id).round_ties_even() as i32;
+        let r = round_quant(v * id) as i32;
         sum += r;
         *q = r as i8 as u8;
     }
@@ -82,12 +91,45 @@ pub fn to_q8_k(src: &[f32], dst: &mut [u8]) {
         let (head, rest) = b.split_at_mut(4);
         let (qs, bsums) = rest.split_at_mut(QK_K);
         for (q, v) in qs.iter_mut().zip(x) {
-            *q = ((iscale * v).round_ties_even() as i32).min(127) as i8 as u8;
+            *q = (round_quant(iscale * v) as i32).min(127) as i8 as u8;
         }
         for (g, s) in qs.chunks_exact(16).zip(bsums.chunks_exact_mut(2)) {
             let sum: i32 = g.iter().map(|&q| q as i8 as i32).sum();
             s.copy_from_slice(&(sum as i16).to_le_bytes());
         }
         head.copy_from_slice(&(1.0 / iscale).to_le_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::round_quant;
+
+    #[test]
+    fn round_quant_is_round_ties_even_over_the_quant_range() {
+        // Every float in ±200 with its low 9 mantissa bits stepped (covers every .5 tie), plus
+        // the specials.
+        let mut bits = 0u32;
+        while bits < 0x4348_0000 {
+            for x in [f32::from_bits(bits), -f32::from_bits(bits)] {
+                assert_eq!(round_quant(x) as i32, x.round_ties_even() as i32, "{x}");
+            }
+            bits += 0x200;
+        }
+        for x in [
+            0.5f32,
+            1.5,
+            2.5,
+            -0.5,
+            -1.5,
+            126.5,
+            127.5,
+            -127.5,
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+        ] {
+            assert_eq!(round_quant(x) as i32, x.round_ties_even() as i32, "{x}");
+        }
     }
 }
