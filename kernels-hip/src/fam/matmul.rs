@@ -9,6 +9,7 @@ pub(crate) const FAMILIES: &[KernelSource] = &[
         source: include_str!("../gemv.hip"),
         entries: &[
             "tandem_quantize_q8_1",
+            "tandem_q8_round_f32",
             "tandem_gemv_f32_c1",
             "tandem_gemv_f32_c8",
             "tandem_gemv_f16_c1",

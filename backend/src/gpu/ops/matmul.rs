@@ -207,7 +207,9 @@ pub const REGISTRATIONS: &[Registration] = registrations! {
 
 #[cfg(test)]
 mod tests {
-    use super::super::matmul_launch::{entries, gemm_config, gemv_config, quantize_config, GEMM_FAMILY, GEMV_FAMILY};
+    use super::super::matmul_launch::{
+        entries, gemm_config, gemv_config, gemv_rows_per_block, quantize_config, GEMM_FAMILY, GEMV_FAMILY,
+    };
     use super::*;
     use tandem_graph::{Graph, GraphBuilder, TensorId};
 
@@ -351,11 +353,16 @@ mod tests {
         assert_eq!((s.k, s.m, s.n, s.ne12, s.ne13, s.r2, s.r3), (4096, 1024, 3, 4, 1, 2, 1));
         assert_eq!((s.nb01, s.nb10, s.nb11), (2304, 4, 16384));
         assert_eq!((s.nb1, s.nb2), (4096, 4096 * 3));
-        let c = gemv_config(s.m, s.batches());
+        let c = gemv_config(s.m, s.batches(), gemv_rows_per_block(ElemType::Q4_0));
         assert_eq!((c.grid, c.block), ([256, 4, 1], [128, 1, 1]));
-        // Every row is covered, the last block partly.
-        assert_eq!(gemv_config(1025, 1).grid, [257, 1, 1]);
-        assert_eq!(gemv_config(3, 7).grid, [1, 7, 1]);
+        // Every row is covered, the last block partly; float weights take a block per row.
+        assert_eq!(gemv_config(1025, 1, 4).grid, [257, 1, 1]);
+        assert_eq!(gemv_config(3, 7, 4).grid, [1, 7, 1]);
+        assert_eq!(
+            gemv_config(1025, 2, gemv_rows_per_block(ElemType::F16)).grid,
+            [1025, 2, 1]
+        );
+        assert_eq!(gemv_rows_per_block(ElemType::Q6K), 4);
         let q = Q8Shape::of(srcs[1].unwrap());
         assert_eq!(q.columns(), 12);
         assert_eq!(quantize_config(&q).grid, [16, 12, 1]);

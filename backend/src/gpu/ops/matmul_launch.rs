@@ -4,11 +4,11 @@
 //! Geometry (see the .hip file heads):
 //! - `tandem_quantize_q8_1`: block 256, grid (ceil(k / 256), min(columns, 65535)); one thread
 //!   per activation value.
-//! - `tandem_gemv_<type>_c1/_c8`: block 128, grid (ceil(m / 4), batches); four weight rows per
-//!   block, each walked by one wave alone (two per wave on 64-lane waves) and summed with a wave
-//!   reduction: quantized rows staged per wave in 4096-weight chunks, float rows read directly
-//!   in 16-byte vectors.
-//! - `tandem_mul_mat_id_<type>`: block 128, grid (ceil(m / 4), n_used * n_tokens).
+//! - `tandem_gemv_<type>_c1/_c8`, quantized: block 128, grid (ceil(m / 4), batches); four weight
+//!   rows per block, each walked by one wave alone (two per wave on 64-lane waves), staged per
+//!   wave in 4096-weight chunks and summed with a wave reduction. Float weights: grid (m,
+//!   batches), one block per row reading 16-byte vectors strided over the block.
+//! - `tandem_mul_mat_id_<type>`: as the GEMV of its type, grid.y = n_used * n_tokens.
 //! - `tandem_gemm_<type>`: block 256, grid (ceil(n / 64), ceil(m / 64), batches); 64 x 64 tiles.
 
 use crate::gpu::api::{DevicePtr, LaunchConfig};
@@ -20,7 +20,8 @@ use tandem_graph::{ElemType, Tensor};
 pub const GEMV_FAMILY: &str = "gemv";
 pub const GEMM_FAMILY: &str = "gemm";
 pub const GEMV_THREADS: u32 = 128;
-/// Weight rows per GEMV block (`TANDEM_MV_ROWS` of gemv.hip).
+/// Weight rows per GEMV block of quantized weights (`TANDEM_MV_ROWS` of gemv.hip); float
+/// weights take one block per row.
 pub const GEMV_ROWS: i64 = 4;
 pub const GEMM_THREADS: u32 = 256;
 pub const GEMM_TILE: i64 = 64;
@@ -282,9 +283,19 @@ pub fn quantize_config(q: &Q8Shape) -> LaunchConfig {
     }
 }
 
-/// One block per [`GEMV_ROWS`] rows and batch; callers have bounded both (predicates).
-pub fn gemv_config(rows: i64, batches: i64) -> LaunchConfig {
-    let blocks = (rows.max(1) + GEMV_ROWS - 1) / GEMV_ROWS;
+/// Rows per GEMV / MUL_MAT_ID block for weights of `ty`.
+pub fn gemv_rows_per_block(ty: ElemType) -> i64 {
+    if uses_q8_1(ty) {
+        GEMV_ROWS
+    } else {
+        1
+    }
+}
+
+/// One block per `per_block` rows and batch; callers have bounded both (predicates).
+pub fn gemv_config(rows: i64, batches: i64, per_block: i64) -> LaunchConfig {
+    let per_block = per_block.max(1);
+    let blocks = (rows.max(1) + per_block - 1) / per_block;
     LaunchConfig {
         grid: [blocks.min(MAX_GRID_X) as u32, batches.clamp(1, MAX_GRID_YZ) as u32, 1],
         block: [GEMV_THREADS, 1, 1],
@@ -330,6 +341,40 @@ unsafe fn quantize_src1(ctx: &LaunchCtx<'_>, src1: &Tensor) -> Result<(DevicePtr
     Ok((qs, ds))
 }
 
+/// Weight types whose CPU dot products quantize activations to q8_0 or q8_1 (32-value blocks,
+/// f16 scale), which [`round_src1`] reproduces.
+pub fn rounds_activations(ty: ElemType) -> bool {
+    matches!(tandem_ops::vecdot::vec_dot_type(ty), ElemType::Q8_0 | ElemType::Q8_1) && ty.is_quantized()
+}
+
+/// Queues the rounding of `src1` to q8 values (as f32, contiguous, in scratch) and returns the
+/// tensor that describes the copy.
+///
+/// # Safety
+/// As [`quantize_src1`].
+unsafe fn round_src1(ctx: &LaunchCtx<'_>, src1: &Tensor) -> Result<Tensor, KernelError> {
+    let q = Q8Shape::of(src1);
+    if q.ne[0] <= 0 || q.ne[0] % 32 != 0 {
+        return Err(launch_error(
+            "q8_round",
+            "activation rows are not whole 32-value blocks",
+        ));
+    }
+    let bytes = usize::try_from(q.columns().saturating_mul(q.ne[0]).saturating_mul(4))
+        .map_err(|_| launch_error("q8_round", "bad activation shape"))?;
+    let out = ctx.scratch.get(bytes)?;
+    let f = ctx.kernels.function(GEMV_FAMILY, "tandem_q8_round_f32")?;
+    let mut args = KernelArgs::new();
+    args.push(dptr(src1)).push(out).push(q);
+    // SAFETY: (const char*, float*, tandem_q8_shape); src1 is readable through its strides
+    // (caller) and the scratch region holds k * columns floats.
+    unsafe { ctx.stream.launch(&f, quantize_config(&q), &mut args) }.map_err(KernelError::Gpu)?;
+    let mut t = src1.clone();
+    t.data = out.0 as usize;
+    t.nb = tandem_graph::tensor::contiguous_strides(ElemType::F32, &t.ne);
+    Ok(t)
+}
+
 fn aligned(p: DevicePtr, to: u64) -> bool {
     p.0.is_multiple_of(to)
 }
@@ -373,7 +418,11 @@ pub unsafe fn launch_gemv(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
     args.push(dptr(node.dst)).push(s);
     // SAFETY: the kernel's parameters are (w, [aq, ads | src1], dst, tandem_mm_shape) as pushed;
     // every row, column and output the grid reaches lies inside the tensors (shape from them).
-    unsafe { ctx.stream.launch(&f, gemv_config(s.m, s.batches()), &mut args) }.map_err(KernelError::Gpu)
+    unsafe {
+        ctx.stream
+            .launch(&f, gemv_config(s.m, s.batches(), gemv_rows_per_block(w.ty)), &mut args)
+    }
+    .map_err(KernelError::Gpu)
 }
 
 /// MUL_MAT with more than eight columns: the tiled GEMM on f32 activations.
@@ -385,8 +434,18 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
         (Some(w), Some(x)) => (w, x),
         _ => return Err(launch_error("gemm", "MUL_MAT without two sources")),
     };
-    let s = MulMatShape::new(node.dst, w, src1).ok_or_else(|| launch_error("gemm", "empty batch"))?;
     check_alignment("gemm", w, src1, node.dst)?;
+    // Weights whose CPU dot products take q8_0/q8_1 activations meet activations rounded the same
+    // way, so prefill gives the CPU's results up to f32 summation order.
+    let rounded;
+    let src1 = if rounds_activations(w.ty) {
+        // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
+        rounded = unsafe { round_src1(ctx, src1) }?;
+        &rounded
+    } else {
+        src1
+    };
+    let s = MulMatShape::new(node.dst, w, src1).ok_or_else(|| launch_error("gemm", "empty batch"))?;
     let names = entries(w.ty).ok_or_else(|| launch_error("gemm", "no kernel for this weight type"))?;
     // A tensor-core variant (NVIDIA mma / AMD WMMA) gets chosen here by ctx.info.arch.
     let f = ctx.kernels.function(GEMM_FAMILY, names[3])?;
@@ -424,5 +483,9 @@ pub unsafe fn launch_mul_mat_id(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<
     args.push(dptr(ids)).push(dptr(node.dst)).push(s);
     // SAFETY: (w, [aq, ads | src1], ids, dst, tandem_mmid_shape); expert indices are checked
     // on the device before any weight is read.
-    unsafe { ctx.stream.launch(&f, gemv_config(s.m, s.slots()), &mut args) }.map_err(KernelError::Gpu)
+    unsafe {
+        ctx.stream
+            .launch(&f, gemv_config(s.m, s.slots(), gemv_rows_per_block(w.ty)), &mut args)
+    }
+    .map_err(KernelError::Gpu)
 }
