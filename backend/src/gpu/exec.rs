@@ -420,6 +420,108 @@ mod tests {
         }
     }
 
+    use crate::config::Config;
+    use crate::gpu::registry::{LaunchCtx, Node, Registration, Registry};
+    use crate::gpu::KernelError;
+
+    fn accept_any(_: &Node<'_>, _: Option<&Node<'_>>) -> bool {
+        true
+    }
+    fn accept_fused(node: &Node<'_>, next: Option<&Node<'_>>) -> bool {
+        next.is_some_and(|n| n.srcs[0].is_some_and(|s| std::ptr::eq(s, node.dst)))
+    }
+    unsafe fn no_launch(_: &LaunchCtx<'_>, _: &Node<'_>, _: Option<&Node<'_>>) -> Result<(), KernelError> {
+        Ok(())
+    }
+    static ADD: Registration = Registration {
+        name: "test.add",
+        op: Op::Add,
+        fuses: None,
+        accepts: accept_any,
+        launch: no_launch,
+    };
+    static NORM_MUL: Registration = Registration {
+        name: "test.rms_norm_mul",
+        op: Op::RmsNorm,
+        fuses: Some(Op::Mul),
+        accepts: accept_fused,
+        launch: no_launch,
+    };
+
+    fn registry(disable: &str) -> Registry {
+        let cfg = Config::from_lookup(|k| (k == "TANDEM_DISABLE_DISPATCH").then(|| disable.to_string()));
+        Registry::with(vec![&NORM_MUL, &ADD], &cfg)
+    }
+
+    /// x -> rms_norm -> mul(w) -> add(x) -> scale -> add: the norm fuses its MUL, the ADDs get
+    /// kernels, SCALE falls back alone; host-memory tensors and disabled registrations fall back.
+    #[test]
+    fn planning_fuses_sole_consumers_and_groups_the_fallback() {
+        let mut b = GraphBuilder::new();
+        let x = b.new_tensor(ElemType::F32, &[64, 2]);
+        let w = b.new_tensor(ElemType::F32, &[64]);
+        let n = b.rms_norm(x, 1e-6);
+        let m = b.mul(n, w).unwrap();
+        let a = b.add(m, x).unwrap();
+        let s = b.scale(a, 0.5, 0.0);
+        b.add(s, x).unwrap();
+        let g = b.build();
+        let kinds = vec![MemKind::Device; g.tensors.len()];
+        let p = plan(&g, &kinds, &registry(""), false).unwrap();
+        assert_eq!(
+            p.steps,
+            vec![
+                GpuStep::Kernel {
+                    index: 0,
+                    reg: 0,
+                    fused: true
+                },
+                GpuStep::Kernel {
+                    index: 2,
+                    reg: 1,
+                    fused: false
+                },
+                GpuStep::Cpu { range: 3..4 },
+                GpuStep::Kernel {
+                    index: 4,
+                    reg: 1,
+                    fused: false
+                },
+            ]
+        );
+        assert_eq!((p.kernels, p.fused, p.cpu_nodes), (3, 1, 1));
+
+        // The norm's result marked as an output may not be fused away; the MUL then falls back.
+        let mut out = g.clone();
+        out.tensor_mut(g.nodes[0]).output = true;
+        let p = plan(&out, &kinds, &registry(""), false).unwrap();
+        assert_eq!(p.steps[0], GpuStep::Cpu { range: 0..2 });
+
+        // Everything in plain host memory, or every registration disabled: all on the CPU.
+        let host = vec![MemKind::Host; g.tensors.len()];
+        let p = plan(&g, &host, &registry(""), false).unwrap();
+        assert_eq!(p.steps, vec![GpuStep::Cpu { range: 0..5 }]);
+        let p = plan(&g, &kinds, &registry("test."), false).unwrap();
+        assert_eq!(p.steps, vec![GpuStep::Cpu { range: 0..5 }]);
+        // Disabling only the fused registration leaves the ADDs on kernels.
+        let p = plan(&g, &kinds, &registry("test.rms_norm_mul"), false).unwrap();
+        assert_eq!(p.kernels, 2);
+        assert_eq!(p.steps[0], GpuStep::Cpu { range: 0..2 });
+    }
+
+    #[test]
+    fn a_fallback_node_the_cpu_cannot_run_fails_the_plan() {
+        let mut b = GraphBuilder::new();
+        let x = b.new_tensor(ElemType::F32, &[8]);
+        let s = b.scale(x, 2.0, 0.0);
+        let mut g = b.build();
+        // A type the CPU's SCALE does not take.
+        g.tensor_mut(s).ty = ElemType::Q4_0;
+        let kinds = vec![MemKind::Device; g.tensors.len()];
+        let e = plan(&g, &kinds, &registry(""), false).unwrap_err();
+        assert!(e.to_string().contains("SCALE"), "{e}");
+    }
+
     #[test]
     fn in_place_writes_are_copied_down_first_and_back_after() {
         let mut b = GraphBuilder::new();
