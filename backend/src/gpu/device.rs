@@ -204,6 +204,33 @@ impl GpuDevice {
     /// Every tensor's `data` addresses `nbytes()` bytes of the memory it claims to be in, valid
     /// for the call and used by nobody else meanwhile.
     pub unsafe fn compute(&self, g: &Graph) -> Result<GraphStats, ExecError> {
+        // SAFETY: forwarded contract.
+        unsafe { self.compute_with(g, None) }.map(|(stats, _)| stats)
+    }
+
+    /// [`Self::compute`], and with `timing` the device time in milliseconds between events
+    /// recorded before the first step and after the last (after the optional runway copy).
+    ///
+    /// # Safety
+    /// As [`Self::compute`]; a runway's ranges are device memory of this device, unused by `g`.
+    unsafe fn compute_with(
+        &self,
+        g: &Graph,
+        timing: Option<Option<(DevicePtr, DevicePtr, usize)>>,
+    ) -> Result<(GraphStats, Option<f32>), ExecError> {
+        // Failures of the graph as a whole (binding the device, the final wait) name no node.
+        let other = |reason: String| ExecError::Other {
+            index: 0,
+            node: "(whole graph)".into(),
+            reason,
+        };
+        let events = match timing {
+            Some(_) => Some((
+                self.ctx.event().map_err(|e| other(e.to_string()))?,
+                self.ctx.event().map_err(|e| other(e.to_string()))?,
+            )),
+            None => None,
+        };
         let t0 = Instant::now();
         let cfg = Config::get();
         let mut stats = GraphStats {
@@ -211,12 +238,6 @@ impl GpuDevice {
             ..Default::default()
         };
         let mut st = self.state();
-        // Failures of the graph as a whole (binding the device, the final wait) name no node.
-        let other = |reason: String| ExecError::Other {
-            index: 0,
-            node: "(whole graph)".into(),
-            reason,
-        };
         self.ctx.bind().map_err(|e| other(e.to_string()))?;
         let kinds = exec::tensor_kinds(g, &self.mem);
         let key = exec::plan_key(g, &kinds);
@@ -237,17 +258,36 @@ impl GpuDevice {
         stats.noop_nodes = plan.noops;
         stats.plan_us = t0.elapsed().as_micros() as u64;
         let t1 = Instant::now();
+        if let Some(Some((dst, src, bytes))) = timing {
+            // SAFETY: forwarded contract.
+            unsafe { self.ctx.runtime().copy_dtod_async(dst, src, bytes, st.stream.raw()) }
+                .map_err(|e| other(format!("runway copy: {e}")))?;
+        }
+        if let Some((start, _)) = &events {
+            start.record(&st.stream).map_err(|e| other(e.to_string()))?;
+        }
         let result = self.run(&mut st, g, &kinds, &plan, &mut stats);
+        let recorded = events.as_ref().map(|(_, end)| end.record(&st.stream));
         let synced = st.stream.synchronize();
         st.scratch.release_retired();
         result?;
         synced.map_err(|e| other(format!("waiting for the graph: {e}")))?;
         stats.launch_us = t1.elapsed().as_micros() as u64;
         stats.wall_us = t0.elapsed().as_micros() as u64;
+        let ms = match (&events, recorded) {
+            (Some((start, end)), Some(r)) => {
+                r.map_err(|e| other(e.to_string()))?;
+                Some(start.elapsed_ms(end).map_err(|e| other(e.to_string()))?)
+            }
+            _ => None,
+        };
         if cfg.stats {
-            eprintln!("tandem: {}: {stats}", self.name);
+            match ms {
+                Some(ms) => eprintln!("tandem: {}: {stats} device_us={:.1}", self.name, ms * 1e3),
+                None => eprintln!("tandem: {}: {stats}", self.name),
+            }
         }
-        Ok(stats)
+        Ok((stats, ms))
     }
 
     /// # Safety
@@ -356,61 +396,9 @@ impl GpuDevice {
         g: &Graph,
         runway: Option<(DevicePtr, DevicePtr, usize)>,
     ) -> Result<(GraphStats, f32), ExecError> {
-        // Failures of the graph as a whole (binding the device, the final wait) name no node.
-        let other = |reason: String| ExecError::Other {
-            index: 0,
-            node: "(whole graph)".into(),
-            reason,
-        };
-        let start = self.ctx.event().map_err(|e| other(e.to_string()))?;
-        let end = self.ctx.event().map_err(|e| other(e.to_string()))?;
-        let t0 = Instant::now();
-        let cfg = Config::get();
-        let mut stats = GraphStats {
-            nodes: g.nodes.len(),
-            ..Default::default()
-        };
-        let mut st = self.state();
-        self.ctx.bind().map_err(|e| other(e.to_string()))?;
-        let kinds = exec::tensor_kinds(g, &self.mem);
-        let key = exec::plan_key(g, &kinds);
-        let plan = match st.plans.get(&key) {
-            Some(p) => {
-                stats.plan_cached = true;
-                p.clone()
-            }
-            None => {
-                let p = Arc::new(exec::plan(g, &kinds, &self.registry, cfg.log_dispatch)?);
-                if st.plans.len() >= PLAN_CACHE_CAP {
-                    st.plans.clear();
-                }
-                st.plans.insert(key, p.clone());
-                p
-            }
-        };
-        stats.noop_nodes = plan.noops;
-        stats.plan_us = t0.elapsed().as_micros() as u64;
-        let t1 = Instant::now();
-        if let Some((dst, src, bytes)) = runway {
-            // SAFETY: forwarded contract.
-            unsafe { self.ctx.runtime().copy_dtod_async(dst, src, bytes, st.stream.raw()) }
-                .map_err(|e| other(format!("runway copy: {e}")))?;
-        }
-        start.record(&st.stream).map_err(|e| other(e.to_string()))?;
-        let result = self.run(&mut st, g, &kinds, &plan, &mut stats);
-        let recorded = end.record(&st.stream);
-        let synced = st.stream.synchronize();
-        st.scratch.release_retired();
-        result?;
-        synced.map_err(|e| other(format!("waiting for the graph: {e}")))?;
-        recorded.map_err(|e| other(e.to_string()))?;
-        stats.launch_us = t1.elapsed().as_micros() as u64;
-        stats.wall_us = t0.elapsed().as_micros() as u64;
-        let ms = start.elapsed_ms(&end).map_err(|e| other(e.to_string()))?;
-        if cfg.stats {
-            eprintln!("tandem: {}: {stats} device_us={:.1}", self.name, ms * 1e3);
-        }
-        Ok((stats, ms))
+        // SAFETY: forwarded contract.
+        let (stats, ms) = unsafe { self.compute_with(g, Some(runway)) }?;
+        Ok((stats, ms.unwrap_or(0.0)))
     }
 
     /// Device time in milliseconds of one device-to-device copy of `bytes`, from events recorded
