@@ -55,6 +55,14 @@ CHECK_KERNELS_INSTALL=1 bash scripts/check-kernels.sh
 step "cargo test --workspace"
 cargo test --workspace
 
+# cargo test hides a passing test's output; the GPU-only tests run again here, uncaptured, so
+# each prints that it ran or why it skipped (no GPU on this machine). Same feature set as the
+# step above, so nothing is rebuilt.
+step "GPU-only tests (each prints SKIP and the reason without a GPU)"
+cargo test -q --workspace -- --nocapture --exact gpu_smoke \
+    gpu::ops::binary::gpu_tests::elementwise_and_rope_kernels_match_the_reference_on_gpu \
+    tiny_models_on_tandem_gpu_match_cpu 2>&1 | grep -E "^SKIP|^test result: .* [1-9][0-9]* passed"
+
 step "tandem test-ops (release)"
 cargo run --release -p tandem-tools --bin tandem -- test-ops
 
