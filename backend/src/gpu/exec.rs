@@ -176,11 +176,9 @@ pub unsafe fn launch_step(
     reg: usize,
     fused: bool,
 ) -> Result<(), ExecError> {
-    let ids: Vec<TensorId> = if fused {
-        vec![g.nodes[index], g.nodes[index + 1]]
-    } else {
-        vec![g.nodes[index]]
-    };
+    // The node, and the next one when fused; no allocation on the launch path.
+    let pair = [g.nodes[index], g.nodes[index + usize::from(fused)]];
+    let ids = &pair[..1 + usize::from(fused)];
     let needs_move = ids.iter().any(|&id| {
         std::iter::once(id)
             .chain(g.tensor(id).src.iter().flatten().copied())
@@ -205,7 +203,7 @@ pub unsafe fn launch_step(
         return unsafe { (r.launch)(ctx, &node, next.as_ref()) }.map_err(fail);
     }
     let mut copies: HashMap<TensorId, Tensor> = HashMap::new();
-    for &id in &ids {
+    for &id in ids {
         for s in std::iter::once(id).chain(g.tensor(id).src.iter().flatten().copied()) {
             copies
                 .entry(s)

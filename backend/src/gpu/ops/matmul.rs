@@ -213,22 +213,8 @@ mod tests {
     use super::*;
     use tandem_graph::{Graph, GraphBuilder, TensorId};
 
-    const TYPES: [ElemType; 14] = [
-        ElemType::F32,
-        ElemType::F16,
-        ElemType::BF16,
-        ElemType::Q4_0,
-        ElemType::Q4_1,
-        ElemType::Q5_0,
-        ElemType::Q5_1,
-        ElemType::Q8_0,
-        ElemType::Q2K,
-        ElemType::Q3K,
-        ElemType::Q4K,
-        ElemType::Q5K,
-        ElemType::Q6K,
-        ElemType::IQ4NL,
-    ];
+    /// Every weight type the CPU matmul takes, which the GPU registrations cover too.
+    const TYPES: [ElemType; 14] = tandem_ops::vecdot::WEIGHT_TYPES;
 
     fn k_for(ty: ElemType) -> i64 {
         if ty.block_size() == 256 {
