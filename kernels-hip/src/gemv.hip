@@ -1,32 +1,35 @@
 // Decode-shaped MUL_MAT (GEMV, 1..8 columns) and MUL_MAT_ID over every weight type, plus the
 // quantizer that turns f32 activations into q8_1 for the integer dot products.
 //
-// Launch layout (block = TANDEM_MV_THREADS threads, any wave size), quantized weights: each
-// block takes TANDEM_MV_ROWS consecutive weight rows (grid.x) of one batch or expert slot
-// (grid.y), and each wave of the block walks whole rows alone (one row per wave with 32-lane
-// waves, two with 64), so no block barrier stands between a row's loads and its sum: the sum is
-// a wave reduction. Rows go in chunks of 4096 weights: the wave copies the chunk into its own slice of
-// shared memory with the widest loads the address allows (16 bytes when the row is 16-byte
-// aligned, which whole-superblock rows of every type are; quantized rows are otherwise only
-// 2-byte aligned), all of a lane's loads issued before the first store, then each lane dots
-// whole 32-weight groups with every column. Float weights: one block per row (grid.x = rows),
-// read straight from global memory in 16-byte vectors strided over the block, block reduction.
-// So every weight byte is read once for all columns.
+// Launch layout (block = TANDEM_MV_THREADS threads, any wave size): grid.y is the batch or
+// expert slot; block x of grid.x takes row groups x, x + gridDim.x, ... (a group: one row per
+// wave), the launcher sizing grid.x so that each wave gets at most rpw rows and the grid about
+// fills the device. Each wave walks its rows alone, so no block barrier stands between a row's loads
+// and its sum (a wave reduction). Quantized rows go in chunks of 2048 weights through the wave's
+// own slice of shared memory: the chunk is loaded with 16-byte loads when rows are 16-byte
+// aligned (whole-superblock rows of every type are; quantized rows are otherwise only 2-byte
+// aligned), and each wave keeps the loads of its next two chunks in flight (two register sets
+// taking turns) while it dots the current one. Each lane dots whole 32-weight groups
+// with every column. Float weights are read straight from global memory, eight 16-byte vectors
+// per lane in flight. Every weight byte is read once for all columns.
 //
-// Quantized weights meet activations quantized to q8_1 by tandem_quantize_q8_1 (per 32 values:
-// scale d and d * sum(q), kept as f32), dotted with 4-byte integer dot products; float weights
-// meet the f32 activations directly. The q8_1 copy lives in scratch memory as two arrays:
-// int8 values, `k` per column (16-byte aligned groups), then one float2 (d, d*sum) per group.
+// Quantized weights meet activations quantized to q8_1 (per 32 values: scale d and d * sum(q),
+// kept as f32), dotted with 4-byte integer dot products; float weights meet the f32 activations
+// directly. When a block's columns fit (gemv_act_bytes in matmul_launch.rs), the launcher passes
+// aq = null and every block quantizes them itself into shared memory, behind its wave stages,
+// while its first chunk's loads are in flight: one launch per node. Otherwise
+// tandem_quantize_q8_1 writes a q8_1 copy to scratch memory first (int8 values, `k` per column,
+// then one float2 (d, d*sum) per group) and the GEMV reads it from there. Both round exactly as
+// the CPU's q8_0 activation copy does.
 #include "tandem_hip.h"
 #include "tandem_quant.h"
 
-#define TANDEM_MV_THREADS 128
-// Weight rows per block (mirrors GEMV_ROWS in backend/src/gpu/ops/matmul_launch.rs).
-#define TANDEM_MV_ROWS 4
-// 32-weight groups per staged chunk. 4096 weights are 16 superblocks, so every type's chunk is a
+// Most threads of a GEMV block (mirrors GEMV_THREADS in backend/src/gpu/ops/matmul_launch.rs);
+// float-weight blocks run with GEMV_FLOAT_THREADS = 128.
+#define TANDEM_MV_THREADS 256
+// 32-weight groups per staged chunk. 2048 weights are 8 superblocks, so every type's chunk is a
 // multiple of 16 bytes and keeps the next chunk as aligned as the row.
-#define TANDEM_MV_GROUPS 128
-#define TANDEM_MV_MAX_WAVES (TANDEM_MV_THREADS / 32)
+#define TANDEM_MV_GROUPS 64
 
 // Mirrors `MulMatShape` in backend/src/gpu/ops/matmul_launch.rs (eighteen i64, no padding);
 // gemm.hip has the same struct.
@@ -48,7 +51,8 @@ struct tandem_mmid_shape {
     i64 nb11, nb12;             // src1 byte strides
     i64 ids_nb0, ids_nb1;       // ids byte strides
     i64 nb1, nb2;               // dst byte strides
-    i64 pad0, pad1;
+    i64 nb10;                   // src1 element stride
+    i64 pad;
 };
 
 // Mirrors `Q8Shape` in backend/src/gpu/ops/matmul_launch.rs: src1 as [k, ne1, ne2, ne3] with
@@ -327,6 +331,22 @@ struct tandem_mv_q6_K {
 
 // ---------------------------------------------------------------- staging
 
+// A 16-byte load of weights that are read once: kept out of L1 (activations stay cached there).
+TANDEM_DEVICE uint4 tandem_ld_stream16(const uint4* p) {
+#if defined(TANDEM_NVIDIA)
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+#else
+    typedef unsigned int u32x4 __attribute__((ext_vector_type(4)));
+    const u32x4 v = __builtin_nontemporal_load((const u32x4*)p);
+    return make_uint4(v.x, v.y, v.z, v.w);
+#endif
+}
+
+
 // Orders one wave's shared-memory writes before its own later reads (no block barrier: every
 // wave stages and reads only its own slice).
 TANDEM_DEVICE void tandem_mv_wave_sync() {
@@ -339,38 +359,119 @@ TANDEM_DEVICE void tandem_mv_wave_sync() {
 #endif
 }
 
-// Copies `bytes` (even, at most NV * 512) from global `src` into the wave's shared `dst`
-// (16-byte aligned) with the lanes of one wave. From a 16-byte-aligned source all NV loads of a
-// lane are issued before the first store, so a wave keeps its whole chunk in flight at once.
+// Bytes of one staged chunk (TANDEM_MV_GROUPS groups) of T, a multiple of 16 for every type;
+// NV: 16-byte loads per lane that cover it with 32-lane waves.
+template <typename T>
+struct tandem_mv_chunk {
+    static constexpr int BYTES = TANDEM_MV_GROUPS / (T::QK / 32) * T::BYTES;
+    static constexpr int NV = (BYTES + 511) / 512;
+};
+
+// Issues the 16-byte loads of a chunk's whole 16-byte part (`al`: the chunk starts 16-byte
+// aligned) into r; nothing waits for them until tandem_mv_put stores them.
 template <int NV>
-TANDEM_DEVICE void tandem_mv_stage(u8* dst, const u8* src, int bytes, int lane, int ws) {
-    int done = 0;
-    if (((u64)src & 15u) == 0) {
-        const int n16 = bytes >> 4;
-        const uint4* s = (const uint4*)src;
-        uint4* d = (uint4*)dst;
-        uint4 r[NV];
+TANDEM_DEVICE void tandem_mv_fetch(uint4 (&r)[NV], const u8* src, int bytes, bool al, int lane, int ws) {
+    if (!al) return;
+    const int n16 = bytes >> 4;
+    const uint4* s = (const uint4*)src;
 #pragma unroll
-        for (int q = 0; q < NV; ++q) {
-            const int i = lane + q * ws;
-            if (i < n16) r[q] = s[i];
-        }
+    for (int q = 0; q < NV; ++q) {
+        const int i = lane + q * ws;
+        if (i < n16) r[q] = tandem_ld_stream16(s + i);
+    }
+}
+
+// Stores what tandem_mv_fetch loaded into the wave's shared `dst` (16-byte aligned) and copies
+// the rest of the chunk (all of it when unaligned, else a tail under 16 bytes) in 2-byte steps.
+template <int NV>
+TANDEM_DEVICE void tandem_mv_put(const uint4 (&r)[NV], u8* dst, const u8* src, int bytes, bool al, int lane,
+                                 int ws) {
+    int done = 0;
+    if (al) {
+        const int n16 = bytes >> 4;
+        uint4* d = (uint4*)dst;
 #pragma unroll
         for (int q = 0; q < NV; ++q) {
             const int i = lane + q * ws;
             if (i < n16) d[i] = r[q];
         }
         done = n16 << 4;
-    } else if (((u64)src & 3u) == 0) {
-        const int n4 = bytes >> 2;
-        const u32* s = (const u32*)src;
-        u32* d = (u32*)dst;
-        for (int i = lane; i < n4; i += ws) d[i] = s[i];
-        done = n4 << 2;
     }
     const u16* s = (const u16*)src;
     u16* d = (u16*)dst;
     for (int i = (done >> 1) + lane; i < (bytes >> 1); i += ws) d[i] = s[i];
+}
+
+// ---------------------------------------------------------------- activations in the block
+
+// Quantizes `ncols` columns of `k` f32 values (value i of column j at base + i * nb0 + j * nb1)
+// to q8_1 in shared memory, as tandem_quantize_q8_1 does: int8 values at sq (k per column), one
+// (d, d * sum) pair per 32 values at sd. Eight threads per 32-value group, four values each;
+// a thread issues the loads of TANDEM_MV_QUANT_UNROLL such quads before it waits for any.
+// Every thread of the block calls it; the caller puts a block barrier after it.
+#define TANDEM_MV_QUANT_UNROLL 4
+TANDEM_DEVICE void tandem_mv_quantize_block(const char* base, i64 nb0, i64 nb1, i64 k, int ncols, i8* sq,
+                                            float2* sd) {
+    const int quads = (int)(k / 4);  // per column; a multiple of 8 (k is of 32s, at most 16384)
+    const int lane = threadIdx.x % warpSize;
+    const int bd = blockDim.x;
+    const bool vec = nb0 == 4 && (((u64)base | (u64)nb1) & 15u) == 0;
+    for (int j = 0; j < ncols; ++j) {
+        const char* col = base + j * nb1;
+        i8* cq = sq + j * k;
+        float2* cd = sd + j * (k / 32);
+        // Whole waves iterate together (the shuffles below need every lane), so the bound is
+        // tested on the wave's first thread; a group of 8 threads is in or out whole.
+        for (int w0 = (int)threadIdx.x - lane; w0 < quads; w0 += TANDEM_MV_QUANT_UNROLL * bd) {
+            float x[TANDEM_MV_QUANT_UNROLL][4];
+#pragma unroll
+            for (int u = 0; u < TANDEM_MV_QUANT_UNROLL; ++u) {
+                const int q = w0 + lane + u * bd;
+                x[u][0] = x[u][1] = x[u][2] = x[u][3] = 0.0f;
+                if (q < quads) {
+                    if (vec) {
+                        const float4 v = ((const float4*)col)[q];
+                        x[u][0] = v.x;
+                        x[u][1] = v.y;
+                        x[u][2] = v.z;
+                        x[u][3] = v.w;
+                    } else {
+                        for (int e = 0; e < 4; ++e) x[u][e] = *(const float*)(col + (i64)(4 * q + e) * nb0);
+                    }
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < TANDEM_MV_QUANT_UNROLL; ++u) {
+                if (w0 + u * bd >= quads) break;  // the same for the whole wave
+                const int q = w0 + lane + u * bd;
+                float amax = fmaxf(fmaxf(fabsf(x[u][0]), fabsf(x[u][1])), fmaxf(fabsf(x[u][2]), fabsf(x[u][3])));
+                for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor(amax, o));
+                const float d = amax / 127.0f;
+                const float id = d != 0.0f ? 1.0f / d : 0.0f;
+                int sum = 0;
+                u32 packed = 0;
+                for (int e = 0; e < 4; ++e) {
+                    const int v = (int)roundf(x[u][e] * id);
+                    sum += v;
+                    packed |= (u32)(u8)(i8)v << (8 * e);
+                }
+                for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor(sum, o);
+                if (q < quads) {
+                    ((u32*)cq)[q] = packed;
+                    if ((q & 7) == 0) {
+                        const float dh = tandem_f16_to_f32(tandem_f32_to_f16(d));
+                        cd[q / 8] = make_float2(dh, dh * (float)sum);
+                    }
+                }
+            }
+        }
+    }
+}
+
+// Bytes of shared memory the block's activation copy takes (mirrors gemv_act_bytes in
+// backend/src/gpu/ops/matmul_launch.rs).
+TANDEM_DEVICE i64 tandem_mv_act_bytes(i64 k, i64 ncols) {
+    return ncols * k + ncols * (k / 32) * 8;
 }
 
 // ---------------------------------------------------------------- the row walks
@@ -391,80 +492,137 @@ TANDEM_DEVICE void tandem_mv_finish(float* acc, int ncols, char* out, i64 out_st
 // Groups a lane takes per chunk with 32-lane waves (64-lane waves take half as many).
 #define TANDEM_MV_LANE_GROUPS (TANDEM_MV_GROUPS / 32)
 
-// One weight row of type T against q8_1 columns col0 .. col0 + ncols, walked by one wave; lane 0
-// writes the sums. `stage` is the wave's own 16-byte-aligned slice of shared memory.
+// One wave's walk over its rows row0, row0 + step, ... (nrows of them; row r at wbase + r * nb01)
+// as a sequence of items, one per 2048-weight chunk of a row.
+template <typename T>
+struct tandem_mv_walk {
+    const u8* wbase;
+    i64 nb01, row0, step, groups;
+    int nchunks, items;
+    bool al;
+
+    __device__ tandem_mv_walk(const u8* w, i64 nb01_, i64 row0_, i64 step_, int nrows, i64 k, bool al_)
+        : wbase(w), nb01(nb01_), row0(row0_), step(step_), groups(k / 32), al(al_) {
+        nchunks = (int)((groups + TANDEM_MV_GROUPS - 1) / TANDEM_MV_GROUPS);
+        items = nrows * nchunks;
+    }
+    __device__ i64 row(int it) const { return row0 + (i64)(it / nchunks) * step; }
+    __device__ i64 g0(int it) const { return (i64)(it % nchunks) * TANDEM_MV_GROUPS; }
+    __device__ int ng(int it) const {
+        const i64 left = groups - g0(it);
+        return (int)(left < TANDEM_MV_GROUPS ? left : TANDEM_MV_GROUPS);
+    }
+    __device__ const u8* src(int it) const { return wbase + row(it) * nb01 + g0(it) / (T::QK / 32) * T::BYTES; }
+    __device__ int bytes(int it) const { return ng(it) / (T::QK / 32) * T::BYTES; }
+    // Issues item it's loads into r (nothing when it is past the end).
+    __device__ void fetch(uint4 (&r)[tandem_mv_chunk<T>::NV], int it, int lane, int ws) const {
+        if (it < items) tandem_mv_fetch<tandem_mv_chunk<T>::NV>(r, src(it), bytes(it), al, lane, ws);
+    }
+};
+
+// Item `it` of the walk: its loads (in r) stored to the wave's `stage`, item it + 2's loads
+// issued into r, the chunk dotted with q8_1 columns col0 .. col0 + ncols at qa/qd (shared or
+// global memory), and at a row's last chunk its sums written to out + row * 4 + j * out_stride.
 template <typename T, int MAXC>
-TANDEM_DEVICE void tandem_mv_quant_row(u8* stage, const u8* wrow, i64 k, const i8* aq, const float2* ads,
-                                       i64 col0, int ncols, char* out, i64 out_stride) {
-    constexpr int GPB = T::QK / 32;  // 32-weight groups per block
-    constexpr int NV = (TANDEM_MV_GROUPS / GPB * T::BYTES + 511) / 512;
-    // One column: the lane's activations are loaded beside the weights (both in flight at once).
-    constexpr int PRE = MAXC == 1 ? TANDEM_MV_LANE_GROUPS : 1;
+TANDEM_DEVICE void tandem_mv_item(const tandem_mv_walk<T>& wk, uint4 (&r)[tandem_mv_chunk<T>::NV], int it,
+                                  float (&acc)[MAXC], u8* stage, i64 k, const i8* qa, const float2* qd, i64 col0,
+                                  int ncols, char* out, i64 out_stride) {
+    constexpr int GPB = T::QK / 32;
     const int lane = threadIdx.x % warpSize, ws = warpSize;
-    const i64 groups = k / 32;
+    const int ng = wk.ng(it);
+    const i64 g0 = wk.g0(it);
+    tandem_mv_put<tandem_mv_chunk<T>::NV>(r, stage, wk.src(it), wk.bytes(it), wk.al, lane, ws);
+    tandem_mv_wave_sync();
+    wk.fetch(r, it + 2, lane, ws);
+    // This chunk's activations: column j's groups at qa_c + 32 * t, pairs at qd_c + t.
+    const i8* qa_c = qa + col0 * k + g0 * 32;
+    const float2* qd_c = qd + col0 * wk.groups + g0;
+#pragma unroll
+    for (int u = 0; u < TANDEM_MV_LANE_GROUPS; ++u) {
+        const int t = lane + u * ws;
+        if (t < ng) {
+            const u8* blk = stage + (t / GPB) * T::BYTES;
+#pragma unroll
+            for (int j = 0; j < MAXC; ++j) {
+                if (j < ncols) {
+                    const int4* ap = (const int4*)(qa_c + j * k + 32 * t);
+                    const int4 lo = ap[0], hi = ap[1];
+                    const int a[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+                    const float2 ds = qd_c[j * wk.groups + t];
+                    acc[j] += T::dot(blk, t % GPB, a, ds.x, ds.y);
+                }
+            }
+        }
+    }
+    tandem_mv_wave_sync();
+    if (it % wk.nchunks == wk.nchunks - 1) {
+        tandem_mv_finish<MAXC>(acc, ncols, out + wk.row(it) * 4, out_stride);
+#pragma unroll
+        for (int j = 0; j < MAXC; ++j) acc[j] = 0.0f;
+    }
+}
+
+// The whole walk with two items in flight: ra and rb hold items 0 and 1 (issued by the caller)
+// and take turns, each refilled two items ahead as soon as its chunk is in shared memory.
+template <typename T, int MAXC>
+TANDEM_DEVICE void tandem_mv_quant_rows(const tandem_mv_walk<T>& wk, uint4 (&ra)[tandem_mv_chunk<T>::NV],
+                                        uint4 (&rb)[tandem_mv_chunk<T>::NV], u8* stage, i64 k, const i8* qa,
+                                        const float2* qd, i64 col0, int ncols, char* out, i64 out_stride) {
     float acc[MAXC];
 #pragma unroll
     for (int j = 0; j < MAXC; ++j) acc[j] = 0.0f;
-    for (i64 g0 = 0; g0 < groups; g0 += TANDEM_MV_GROUPS) {
-        const int ng = (int)(groups - g0 < TANDEM_MV_GROUPS ? groups - g0 : TANDEM_MV_GROUPS);
-        int4 plo[PRE], phi[PRE];
-        float2 pds[PRE];
-        if (MAXC == 1) {
-#pragma unroll
-            for (int u = 0; u < PRE; ++u) {
-                const int t = lane + u * ws;
-                if (t < ng) {
-                    const i64 g = g0 + t;
-                    const int4* ap = (const int4*)(aq + col0 * k + g * 32);
-                    plo[u] = ap[0];
-                    phi[u] = ap[1];
-                    pds[u] = ads[col0 * groups + g];
-                }
-            }
+    for (int it = 0; it < wk.items; it += 2) {
+        tandem_mv_item<T, MAXC>(wk, ra, it, acc, stage, k, qa, qd, col0, ncols, out, out_stride);
+        if (it + 1 < wk.items) {
+            tandem_mv_item<T, MAXC>(wk, rb, it + 1, acc, stage, k, qa, qd, col0, ncols, out, out_stride);
         }
-        tandem_mv_stage<NV>(stage, wrow + (g0 / GPB) * T::BYTES, ng / GPB * T::BYTES, lane, ws);
-        tandem_mv_wave_sync();
-        if (MAXC == 1) {
-#pragma unroll
-            for (int u = 0; u < PRE; ++u) {
-                const int t = lane + u * ws;
-                if (t < ng) {
-                    const int a[8] = {plo[u].x, plo[u].y, plo[u].z, plo[u].w, phi[u].x, phi[u].y, phi[u].z, phi[u].w};
-                    acc[0] += T::dot(stage + (t / GPB) * T::BYTES, t % GPB, a, pds[u].x, pds[u].y);
-                }
-            }
-        } else {
-#pragma unroll
-            for (int u = 0; u < TANDEM_MV_LANE_GROUPS; ++u) {
-                const int t = lane + u * ws;
-                if (t < ng) {
-                    const i64 g = g0 + t;
-                    const u8* blk = stage + (t / GPB) * T::BYTES;
-#pragma unroll
-                    for (int j = 0; j < MAXC; ++j) {
-                        if (j < ncols) {
-                            const i64 c = col0 + j;
-                            const int4* ap = (const int4*)(aq + c * k + g * 32);
-                            const int4 lo = ap[0], hi = ap[1];
-                            const int a[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-                            const float2 ds = ads[c * groups + g];
-                            acc[j] += T::dot(blk, t % GPB, a, ds.x, ds.y);
-                        }
-                    }
-                }
-            }
-        }
-        tandem_mv_wave_sync();
     }
-    tandem_mv_finish<MAXC>(acc, ncols, out, out_stride);
 }
 
-// Shared staging of one block: a chunk of T's bytes per wave.
-template <typename T>
-TANDEM_DEVICE u8* tandem_mv_wave_stage() {
-    constexpr int SB = (TANDEM_MV_GROUPS / (T::QK / 32) * T::BYTES + 15) / 16 * 16;
-    __shared__ __align__(16) u8 stage[TANDEM_MV_MAX_WAVES][SB];
-    return stage[threadIdx.x / warpSize];
+// The rows of this wave: block x takes row group x (waves consecutive rows, one per wave), then
+// x + gridDim.x, ... (grid-stride), so at any moment the whole grid works on one compact stretch
+// of the matrix.
+struct tandem_mv_rows {
+    i64 row0, step;
+    int n;
+};
+TANDEM_DEVICE tandem_mv_rows tandem_mv_wave_rows(i64 m) {
+    const i64 nw = blockDim.x / warpSize;
+    tandem_mv_rows r;
+    r.step = nw * gridDim.x;
+    r.row0 = (i64)blockIdx.x * nw + threadIdx.x / warpSize;
+    r.n = r.row0 < m ? (int)((m - 1 - r.row0) / r.step + 1) : 0;
+    return r;
+}
+
+// A quantized GEMV block: the first two chunks' loads issued, then (when aq is null) the block's
+// columns quantized into shared memory behind the wave stages, then the row walk.
+template <typename T, int MAXC>
+TANDEM_DEVICE void tandem_mv_quant_block(const u8* wbase, i64 nb01, i64 m, i64 k, const char* src1, i64 nb10,
+                                         i64 nb11, const char* aq, const char* ads, i64 col0, int ncols, char* out,
+                                         i64 out_stride) {
+    extern __shared__ __align__(16) u8 tandem_mv_smem[];
+    constexpr int NV = tandem_mv_chunk<T>::NV;
+    const int lane = threadIdx.x % warpSize, ws = warpSize;
+    const int nw = blockDim.x / warpSize;
+    u8* stage = tandem_mv_smem + (threadIdx.x / warpSize) * tandem_mv_chunk<T>::BYTES;
+    const tandem_mv_rows rows = tandem_mv_wave_rows(m);
+    const tandem_mv_walk<T> wk(wbase, nb01, rows.row0, rows.step, rows.n, k, (((u64)wbase | (u64)nb01) & 15u) == 0);
+    uint4 ra[NV], rb[NV];
+    wk.fetch(ra, 0, lane, ws);
+    wk.fetch(rb, 1, lane, ws);
+    const i8* qa = (const i8*)aq;
+    const float2* qd = (const float2*)ads;
+    if (aq == nullptr) {
+        i8* sq = (i8*)(tandem_mv_smem + nw * tandem_mv_chunk<T>::BYTES);
+        float2* sd = (float2*)(sq + ncols * k);
+        tandem_mv_quantize_block(src1, nb10, nb11, k, ncols, sq, sd);
+        __syncthreads();
+        qa = sq;
+        qd = sd;
+        col0 = 0;
+    }
+    tandem_mv_quant_rows<T, MAXC>(wk, ra, rb, stage, k, qa, qd, col0, ncols, out, out_stride);
 }
 
 // Float weights: element i of a row as f32, and V elements from one aligned 16-byte load.
@@ -505,10 +663,30 @@ struct tandem_mv_bf16 {
     }
 };
 
+// Adds the products of V weights (one 16-byte vector, elements i * V ..) with each column.
+template <typename T, int MAXC>
+TANDEM_DEVICE void tandem_mv_float_vec(float* acc, uint4 u, i64 i, const char* act, i64 act_stride, int ncols) {
+    float wv[T::V];
+    T::vec(u, wv);
+#pragma unroll
+    for (int j = 0; j < MAXC; ++j) {
+        if (j < ncols) {
+            const float4* ap = (const float4*)(act + j * act_stride) + i * (T::V / 4);
+            float s = 0.0f;
+#pragma unroll
+            for (int q = 0; q < T::V / 4; ++q) {
+                const float4 x = ap[q];
+                s += wv[4 * q] * x.x + wv[4 * q + 1] * x.y + wv[4 * q + 2] * x.z + wv[4 * q + 3] * x.w;
+            }
+            acc[j] += s;
+        }
+    }
+}
+
 // Block-wide sums of acc[0..ncols) written to out[j * out_stride] (bytes) by the first threads.
 template <int MAXC>
 TANDEM_DEVICE void tandem_mv_block_finish(float* acc, int ncols, char* out, i64 out_stride) {
-    __shared__ float part[TANDEM_MV_MAX_WAVES][MAXC];
+    __shared__ float part[TANDEM_MV_THREADS / 32][MAXC];
     const int lane = threadIdx.x % warpSize, wave = threadIdx.x / warpSize;
     const int nwaves = blockDim.x / warpSize;
 #pragma unroll
@@ -572,25 +750,17 @@ TANDEM_DEVICE void tandem_mv_float_row_block(const u8* wrow, i64 k, const char* 
 
 // ---------------------------------------------------------------- kernels
 
-// Rows of this block: wave w takes rows first + w, first + w + waves, ... below first + ROWS.
-#define TANDEM_MV_FOR_ROWS(row, m)                                                                  \
-    for (i64 row = (i64)blockIdx.x * TANDEM_MV_ROWS + threadIdx.x / warpSize;                        \
-         row < (i64)blockIdx.x * TANDEM_MV_ROWS + TANDEM_MV_ROWS && row < (m); row += blockDim.x / warpSize)
-
-// MUL_MAT, quantized weights: block (rows, batch); columns of batch b are q8_1 columns b*n ...
+// MUL_MAT, quantized weights: block (row groups, batch); with aq null the block quantizes
+// its batch's columns itself, else columns of batch b are q8_1 columns b * n ...
 template <typename T, int MAXC>
-TANDEM_DEVICE void tandem_gemv_quant(const char* w, const char* aq, const char* ads, char* dst,
+TANDEM_DEVICE void tandem_gemv_quant(const char* w, const char* src1, const char* aq, const char* ads, char* dst,
                                      const tandem_mm_shape& s) {
     const i64 b = blockIdx.y;
     if (b >= s.ne12 * s.ne13) return;
     const i64 i12 = b % s.ne12, i13 = b / s.ne12;
-    u8* stage = tandem_mv_wave_stage<T>();
-    TANDEM_MV_FOR_ROWS(row, s.m) {
-        const u8* wrow = (const u8*)w + row * s.nb01 + (i12 / s.r2) * s.nb02 + (i13 / s.r3) * s.nb03;
-        char* out = dst + row * 4 + i12 * s.nb2 + i13 * s.nb3;
-        tandem_mv_quant_row<T, MAXC>(stage, wrow, s.k, (const i8*)aq, (const float2*)ads, b * s.n, (int)s.n, out,
-                                     s.nb1);
-    }
+    const u8* wbase = (const u8*)w + (i12 / s.r2) * s.nb02 + (i13 / s.r3) * s.nb03;
+    tandem_mv_quant_block<T, MAXC>(wbase, s.nb01, s.m, s.k, src1 + i12 * s.nb12 + i13 * s.nb13, s.nb10,
+                                   s.nb11, aq, ads, b * s.n, (int)s.n, dst + i12 * s.nb2 + i13 * s.nb3, s.nb1);
 }
 
 // MUL_MAT, float weights: block (row, batch); src1 is read directly.
@@ -613,26 +783,31 @@ TANDEM_DEVICE i64 tandem_mmid_expert(const char* ids, const tandem_mmid_shape& s
     return (e >= 0 && (i64)e < s.n_expert) ? (i64)e : -1;
 }
 
-// MUL_MAT_ID: block (rows, slot u + n_used * t); slot (u, t) reads src1 row (u % n_b, t) and
-// writes dst[row, u, t]. A bad expert index yields NaN, never a read outside the experts.
+// Writes NaN to this wave's rows of a slot whose expert index is bad (no weight is read).
+TANDEM_DEVICE void tandem_mmid_poison(char* out, i64 m) {
+    const tandem_mv_rows rows = tandem_mv_wave_rows(m);
+    if (threadIdx.x % warpSize != 0) return;
+    for (int ri = 0; ri < rows.n; ++ri) *(float*)(out + (rows.row0 + ri * rows.step) * 4) = __int_as_float(0x7fc00000);
+}
+
+// MUL_MAT_ID: block (row groups, slot u + n_used * t); slot (u, t) reads src1 row
+// (u % n_b, t) and writes dst[row, u, t]. A bad expert index yields NaN, never a read outside
+// the experts. With aq null the block quantizes its slot's column itself.
 template <typename T>
-TANDEM_DEVICE void tandem_mmid_quant(const char* w, const char* aq, const char* ads, const char* ids, char* dst,
-                                     const tandem_mmid_shape& s) {
+TANDEM_DEVICE void tandem_mmid_quant(const char* w, const char* src1, const char* aq, const char* ads,
+                                     const char* ids, char* dst, const tandem_mmid_shape& s) {
     const i64 slot = blockIdx.y;
     if (slot >= s.n_used * s.n_tokens) return;
     const i64 u = slot % s.n_used, t = slot / s.n_used;
     const i64 e = tandem_mmid_expert(ids, s, u, t);
-    u8* stage = tandem_mv_wave_stage<T>();
-    TANDEM_MV_FOR_ROWS(row, s.m) {
-        char* out = dst + row * 4 + u * s.nb1 + t * s.nb2;
-        if (e < 0) {
-            if (threadIdx.x % warpSize == 0) *(float*)out = __int_as_float(0x7fc00000);
-            continue;
-        }
-        const u8* wrow = (const u8*)w + row * s.nb01 + e * s.nb02;
-        tandem_mv_quant_row<T, 1>(stage, wrow, s.k, (const i8*)aq, (const float2*)ads, (u % s.n_b) + s.n_b * t, 1,
-                                  out, 0);
+    char* out = dst + u * s.nb1 + t * s.nb2;
+    if (e < 0) {
+        tandem_mmid_poison(out, s.m);
+        return;
     }
+    const i64 b1 = u % s.n_b;
+    tandem_mv_quant_block<T, 1>((const u8*)w + e * s.nb02, s.nb01, s.m, s.k, src1 + b1 * s.nb11 + t * s.nb12,
+                                s.nb10, 0, aq, ads, b1 + s.n_b * t, 1, out, 0);
 }
 
 // MUL_MAT_ID, float weights: block (row, slot).
@@ -709,9 +884,9 @@ tandem_q8_round_f32(const char* src, float* out, tandem_q8_shape s) {
     }
 }
 
-#define TANDEM_MV_ARGS_Q const char *w, const char *aq, const char *ads, char *dst, tandem_mm_shape s
+#define TANDEM_MV_ARGS_Q const char *w, const char *src1, const char *aq, const char *ads, char *dst, tandem_mm_shape s
 #define TANDEM_MV_ARGS_F const char *w, const char *src1, char *dst, tandem_mm_shape s
-#define TANDEM_MMID_ARGS_Q const char *w, const char *aq, const char *ads, const char *ids, char *dst, tandem_mmid_shape s
+#define TANDEM_MMID_ARGS_Q const char *w, const char *src1, const char *aq, const char *ads, const char *ids, char *dst, tandem_mmid_shape s
 #define TANDEM_MMID_ARGS_F const char *w, const char *src1, const char *ids, char *dst, tandem_mmid_shape s
 #define TANDEM_MV_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_MV_THREADS)
 
@@ -722,40 +897,40 @@ TANDEM_MV_KERNEL tandem_gemv_f16_c1(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem
 TANDEM_MV_KERNEL tandem_gemv_f16_c8(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_f16, 8>(w, src1, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_bf16_c1(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_bf16, 1>(w, src1, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_bf16_c8(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_bf16, 8>(w, src1, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_q4_0_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_0, 1>(w, aq, ads, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_q4_0_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_0, 8>(w, aq, ads, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_q4_1_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_1, 1>(w, aq, ads, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_q4_1_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_1, 8>(w, aq, ads, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_q5_0_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_0, 1>(w, aq, ads, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_q5_0_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_0, 8>(w, aq, ads, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_q5_1_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_1, 1>(w, aq, ads, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_q5_1_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_1, 8>(w, aq, ads, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_q8_0_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q8_0, 1>(w, aq, ads, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_q8_0_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q8_0, 8>(w, aq, ads, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_q2_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q2_K, 1>(w, aq, ads, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_q2_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q2_K, 8>(w, aq, ads, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_q3_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q3_K, 1>(w, aq, ads, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_q3_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q3_K, 8>(w, aq, ads, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_q4_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_K, 1>(w, aq, ads, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_q4_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_K, 8>(w, aq, ads, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_q5_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_K, 1>(w, aq, ads, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_q5_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_K, 8>(w, aq, ads, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_q6_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q6_K, 1>(w, aq, ads, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_q6_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q6_K, 8>(w, aq, ads, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_iq4_nl_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_iq4_nl, 1>(w, aq, ads, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_iq4_nl_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_iq4_nl, 8>(w, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q4_0_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_0, 1>(w, src1, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q4_0_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_0, 8>(w, src1, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q4_1_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_1, 1>(w, src1, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q4_1_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_1, 8>(w, src1, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q5_0_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_0, 1>(w, src1, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q5_0_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_0, 8>(w, src1, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q5_1_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_1, 1>(w, src1, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q5_1_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_1, 8>(w, src1, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q8_0_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q8_0, 1>(w, src1, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q8_0_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q8_0, 8>(w, src1, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q2_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q2_K, 1>(w, src1, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q2_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q2_K, 8>(w, src1, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q3_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q3_K, 1>(w, src1, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q3_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q3_K, 8>(w, src1, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q4_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_K, 1>(w, src1, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q4_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_K, 8>(w, src1, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q5_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_K, 1>(w, src1, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q5_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_K, 8>(w, src1, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q6_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q6_K, 1>(w, src1, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q6_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q6_K, 8>(w, src1, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_iq4_nl_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_iq4_nl, 1>(w, src1, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_iq4_nl_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_iq4_nl, 8>(w, src1, aq, ads, dst, s); }
 
 TANDEM_MV_KERNEL tandem_mul_mat_id_f32(TANDEM_MMID_ARGS_F) { tandem_mmid_float<tandem_mv_f32>(w, src1, ids, dst, s); }
 TANDEM_MV_KERNEL tandem_mul_mat_id_f16(TANDEM_MMID_ARGS_F) { tandem_mmid_float<tandem_mv_f16>(w, src1, ids, dst, s); }
 TANDEM_MV_KERNEL tandem_mul_mat_id_bf16(TANDEM_MMID_ARGS_F) { tandem_mmid_float<tandem_mv_bf16>(w, src1, ids, dst, s); }
-TANDEM_MV_KERNEL tandem_mul_mat_id_q4_0(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q4_0>(w, aq, ads, ids, dst, s); }
-TANDEM_MV_KERNEL tandem_mul_mat_id_q4_1(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q4_1>(w, aq, ads, ids, dst, s); }
-TANDEM_MV_KERNEL tandem_mul_mat_id_q5_0(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q5_0>(w, aq, ads, ids, dst, s); }
-TANDEM_MV_KERNEL tandem_mul_mat_id_q5_1(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q5_1>(w, aq, ads, ids, dst, s); }
-TANDEM_MV_KERNEL tandem_mul_mat_id_q8_0(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q8_0>(w, aq, ads, ids, dst, s); }
-TANDEM_MV_KERNEL tandem_mul_mat_id_q2_K(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q2_K>(w, aq, ads, ids, dst, s); }
-TANDEM_MV_KERNEL tandem_mul_mat_id_q3_K(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q3_K>(w, aq, ads, ids, dst, s); }
-TANDEM_MV_KERNEL tandem_mul_mat_id_q4_K(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q4_K>(w, aq, ads, ids, dst, s); }
-TANDEM_MV_KERNEL tandem_mul_mat_id_q5_K(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q5_K>(w, aq, ads, ids, dst, s); }
-TANDEM_MV_KERNEL tandem_mul_mat_id_q6_K(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q6_K>(w, aq, ads, ids, dst, s); }
-TANDEM_MV_KERNEL tandem_mul_mat_id_iq4_nl(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_iq4_nl>(w, aq, ads, ids, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_q4_0(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q4_0>(w, src1, aq, ads, ids, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_q4_1(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q4_1>(w, src1, aq, ads, ids, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_q5_0(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q5_0>(w, src1, aq, ads, ids, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_q5_1(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q5_1>(w, src1, aq, ads, ids, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_q8_0(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q8_0>(w, src1, aq, ads, ids, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_q2_K(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q2_K>(w, src1, aq, ads, ids, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_q3_K(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q3_K>(w, src1, aq, ads, ids, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_q4_K(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q4_K>(w, src1, aq, ads, ids, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_q5_K(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q5_K>(w, src1, aq, ads, ids, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_q6_K(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q6_K>(w, src1, aq, ads, ids, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_iq4_nl(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_iq4_nl>(w, src1, aq, ads, ids, dst, s); }

@@ -208,7 +208,8 @@ pub const REGISTRATIONS: &[Registration] = registrations! {
 #[cfg(test)]
 mod tests {
     use super::super::matmul_launch::{
-        entries, gemm_config, gemv_config, gemv_rows_per_block, quantize_config, GEMM_FAMILY, GEMV_FAMILY,
+        entries, gemm_config, gemv_act_bytes, gemv_config, gemv_fuses_quantize, gemv_shared_bytes, gemv_waves,
+        quantize_config, rows_per_wave, GEMM_FAMILY, GEMV_FAMILY, GEMV_FUSED_ACT_BYTES,
     };
     use super::*;
     use tandem_graph::{Graph, GraphBuilder, TensorId};
@@ -339,16 +340,37 @@ mod tests {
         assert_eq!((s.k, s.m, s.n, s.ne12, s.ne13, s.r2, s.r3), (4096, 1024, 3, 4, 1, 2, 1));
         assert_eq!((s.nb01, s.nb10, s.nb11), (2304, 4, 16384));
         assert_eq!((s.nb1, s.nb2), (4096, 4096 * 3));
-        let c = gemv_config(s.m, s.batches(), gemv_rows_per_block(ElemType::Q4_0));
-        assert_eq!((c.grid, c.block), ([256, 4, 1], [128, 1, 1]));
-        // Every row is covered, the last block partly; float weights take a block per row.
-        assert_eq!(gemv_config(1025, 1, 4).grid, [257, 1, 1]);
-        assert_eq!(gemv_config(3, 7, 4).grid, [1, 7, 1]);
+        let c = gemv_config(ElemType::Q4_0, s.m, s.batches(), 4, 0);
+        assert_eq!((c.grid, c.block), ([256, 4, 1], [256, 1, 1]));
+        // Every row is covered, the last block partly; float weights take 128-thread blocks.
+        assert_eq!(gemv_config(ElemType::Q4_0, 1025, 1, 4, 0).grid, [257, 1, 1]);
+        assert_eq!(gemv_config(ElemType::Q4_0, 3, 7, 4, 0).grid, [1, 7, 1]);
+        let f = gemv_config(ElemType::F16, 1025, 2, 1, 0);
+        assert_eq!((f.grid, f.block), ([1025, 2, 1], [128, 1, 1]));
+        // Eight 32-lane waves (four 64-lane ones); one row per wave until the grid holds two
+        // blocks per SM.
+        assert_eq!((gemv_waves(32), gemv_waves(64), gemv_waves(0)), (8, 4, 256));
+        assert_eq!(rows_per_wave(1024, 8, 132), 1);
+        assert_eq!(rows_per_wave(2112, 8, 132), 1);
+        assert_eq!(rows_per_wave(2113, 8, 132), 2);
+        assert_eq!(rows_per_wave(14336, 8, 132), 7);
+        assert_eq!(rows_per_wave(0, 0, 0), 1);
+        // Shared memory: a 2048-weight chunk per wave, plus the fused q8_1 columns.
+        assert_eq!(gemv_shared_bytes(ElemType::Q4_0, 8, None), 8 * 1152);
         assert_eq!(
-            gemv_config(1025, 2, gemv_rows_per_block(ElemType::F16)).grid,
-            [1025, 2, 1]
+            gemv_shared_bytes(ElemType::Q8_0, 8, Some(gemv_act_bytes(4096, 1))),
+            8 * 2176 + 4096 + 1024
         );
-        assert_eq!(gemv_rows_per_block(ElemType::Q6K), 4);
+        assert_eq!(gemv_shared_bytes(ElemType::F16, 8, None), 0);
+        assert!(gemv_fuses_quantize(8192, 1) && gemv_fuses_quantize(1024, 8) && gemv_fuses_quantize(4096, 2));
+        assert!(!gemv_fuses_quantize(14336, 1) && !gemv_fuses_quantize(4096, 8));
+        // The largest fused block stays within 48 KiB on every wave size.
+        for ty in TYPES {
+            assert!(
+                gemv_shared_bytes(ty, 8, Some(GEMV_FUSED_ACT_BYTES)) <= 48 * 1024,
+                "{ty}"
+            );
+        }
         let q = Q8Shape::of(srcs[1].unwrap());
         assert_eq!(q.columns(), 12);
         assert_eq!(quantize_config(&q).grid, [16, 12, 1]);

@@ -3,11 +3,13 @@
 //!
 //! Geometry (see the .hip file heads):
 //! - `tandem_quantize_q8_1`: block 256, grid (ceil(k / 256), min(columns, 65535)); one thread
-//!   per activation value.
-//! - `tandem_gemv_<type>_c1/_c8`, quantized: block 128, grid (ceil(m / 4), batches); four weight
-//!   rows per block, each walked by one wave alone (two per wave on 64-lane waves), staged per
-//!   wave in 4096-weight chunks and summed with a wave reduction. Float weights: grid (m,
-//!   batches), one block per row reading 16-byte vectors strided over the block.
+//!   per activation value. Only for GEMVs whose columns do not fit a block's shared memory.
+//! - `tandem_gemv_<type>_c1/_c8`, quantized: block 256, grid (ceil(m / (waves * rpw)),
+//!   batches); each wave walks up to `rpw` rows alone, the blocks striding over row groups (see
+//!   [`rows_per_wave`]), staged per wave in 2048-weight chunks (dynamic shared memory, see
+//!   [`gemv_shared_bytes`]) and summed with a wave reduction; when the block's q8_1 columns fit
+//!   ([`gemv_fuses_quantize`]) the block quantizes them itself and the node is one launch. Float
+//!   weights: block 128, grid (m, batches), one block per row reading 16-byte vectors.
 //! - `tandem_mul_mat_id_<type>`: as the GEMV of its type, grid.y = n_used * n_tokens.
 //! - `tandem_gemm_<type>`: block 256, grid (ceil(n / 64), ceil(m / 64), batches); 64 x 64 tiles.
 
@@ -19,10 +21,21 @@ use tandem_graph::{ElemType, Tensor};
 
 pub const GEMV_FAMILY: &str = "gemv";
 pub const GEMM_FAMILY: &str = "gemm";
-pub const GEMV_THREADS: u32 = 128;
-/// Weight rows per GEMV block of quantized weights (`TANDEM_MV_ROWS` of gemv.hip); float
-/// weights take one block per row.
-pub const GEMV_ROWS: i64 = 4;
+/// Threads of a quantized-GEMV block (`TANDEM_MV_THREADS` of gemv.hip): eight 32-lane waves
+/// share one quantized copy of the activations.
+pub const GEMV_THREADS: u32 = 256;
+/// Threads of a float-weight GEMV block (one block per row).
+pub const GEMV_FLOAT_THREADS: u32 = 128;
+/// Quantized-GEMV blocks wanted per SM/CU; taller matrices give each wave more rows (fewer
+/// blocks, so fewer copies of the activations to quantize).
+const GEMV_BLOCKS_PER_UNIT: i64 = 2;
+/// Weights per staged chunk of a quantized GEMV row (`TANDEM_MV_GROUPS * 32` of gemv.hip).
+pub const GEMV_CHUNK: i64 = 2048;
+/// Largest q8_1 copy of a block's columns (values plus scale pairs) quantized into shared memory
+/// by the GEMV itself: 8192 values, e.g. one column of k = 8192 or eight of k = 1024. Longer
+/// columns cost each block more than the separate quantize launch does. With the wave stages (at
+/// most 8 x 2176 bytes) it stays under the 48 KiB every device gives a block.
+pub const GEMV_FUSED_ACT_BYTES: i64 = 8192 + 8192 / 32 * 8;
 pub const GEMM_THREADS: u32 = 256;
 pub const GEMM_TILE: i64 = 64;
 const QUANTIZE_THREADS: u32 = 256;
@@ -111,8 +124,8 @@ pub struct MulMatIdShape {
     pub ids_nb1: i64,
     pub nb1: i64,
     pub nb2: i64,
-    pub pad0: i64,
-    pub pad1: i64,
+    pub nb10: i64,
+    pub pad: i64,
 }
 const _: () = assert!(std::mem::size_of::<MulMatIdShape>() == 128);
 
@@ -133,8 +146,8 @@ impl MulMatIdShape {
             ids_nb1: ids.nb[1] as i64,
             nb1: dst.nb[1] as i64,
             nb2: dst.nb[2] as i64,
-            pad0: 0,
-            pad1: 0,
+            nb10: src1.nb[0] as i64,
+            pad: 0,
         }
     }
 
@@ -283,23 +296,53 @@ pub fn quantize_config(q: &Q8Shape) -> LaunchConfig {
     }
 }
 
-/// Rows per GEMV / MUL_MAT_ID block for weights of `ty`.
-pub fn gemv_rows_per_block(ty: ElemType) -> i64 {
-    if uses_q8_1(ty) {
-        GEMV_ROWS
-    } else {
-        1
+/// Waves of one GEMV block on a device with `warp_size`-lane waves.
+pub fn gemv_waves(warp_size: u32) -> i64 {
+    (GEMV_THREADS / warp_size.clamp(1, GEMV_THREADS)).max(1) as i64
+}
+
+/// Rows each GEMV wave walks for `rows` rows (over all batches or slots): as many as it takes
+/// for the grid to hold about [`GEMV_BLOCKS_PER_UNIT`] blocks per SM/CU (the blocks stride over
+/// the rows, so the grid always works on one compact stretch of the matrix, and each block
+/// quantizes its activations once for all its rows).
+pub fn rows_per_wave(rows: i64, waves: i64, units: u32) -> i64 {
+    let wanted = GEMV_BLOCKS_PER_UNIT * i64::from(units.max(1)) * waves.max(1);
+    ((rows.max(1) + wanted - 1) / wanted).max(1)
+}
+
+/// Bytes of a block's q8_1 copy of `columns` columns of `k` values (`tandem_mv_act_bytes`).
+pub fn gemv_act_bytes(k: i64, columns: i64) -> i64 {
+    columns * k + columns * (k / 32) * 8
+}
+
+/// Whether a quantized GEMV block quantizes its `columns` columns itself (one launch).
+pub fn gemv_fuses_quantize(k: i64, columns: i64) -> bool {
+    gemv_act_bytes(k, columns) <= GEMV_FUSED_ACT_BYTES
+}
+
+/// Dynamic shared memory of a GEMV block: one staged chunk per wave (quantized weights) plus
+/// the block's q8_1 columns when it quantizes them.
+pub fn gemv_shared_bytes(ty: ElemType, waves: i64, fused_act: Option<i64>) -> u32 {
+    if !uses_q8_1(ty) {
+        return 0;
     }
+    let chunk = ty.row_size(GEMV_CHUNK).unwrap_or(0) as i64;
+    (waves * chunk + fused_act.unwrap_or(0)) as u32
 }
 
 /// One block per `per_block` rows and batch; callers have bounded both (predicates).
-pub fn gemv_config(rows: i64, batches: i64, per_block: i64) -> LaunchConfig {
+pub fn gemv_config(ty: ElemType, rows: i64, batches: i64, per_block: i64, shared_bytes: u32) -> LaunchConfig {
+    let threads = if uses_q8_1(ty) {
+        GEMV_THREADS
+    } else {
+        GEMV_FLOAT_THREADS
+    };
     let per_block = per_block.max(1);
     let blocks = (rows.max(1) + per_block - 1) / per_block;
     LaunchConfig {
         grid: [blocks.min(MAX_GRID_X) as u32, batches.clamp(1, MAX_GRID_YZ) as u32, 1],
-        block: [GEMV_THREADS, 1, 1],
-        shared_bytes: 0,
+        block: [threads, 1, 1],
+        shared_bytes,
     }
 }
 
@@ -406,23 +449,35 @@ pub unsafe fn launch_gemv(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
     let f = ctx
         .kernels
         .function(GEMV_FAMILY, if s.n == 1 { names[0] } else { names[1] })?;
+    let waves = gemv_waves(ctx.info.warp_size);
+    // Quantized weights: waves * rpw rows per block; float weights: one block per row.
+    let per_block = if uses_q8_1(w.ty) {
+        waves * rows_per_wave(s.m * s.batches(), waves, ctx.info.compute_units)
+    } else {
+        1
+    };
     let mut args = KernelArgs::new();
     args.push(dptr(w));
+    let mut fused = None;
     if uses_q8_1(w.ty) {
-        // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
-        let (qs, ds) = unsafe { quantize_src1(ctx, src1) }?;
-        args.push(qs).push(ds);
+        args.push(dptr(src1));
+        if gemv_fuses_quantize(s.k, s.n) {
+            fused = Some(gemv_act_bytes(s.k, s.n));
+            args.push(DevicePtr(0)).push(DevicePtr(0));
+        } else {
+            // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
+            let (qs, ds) = unsafe { quantize_src1(ctx, src1) }?;
+            args.push(qs).push(ds);
+        }
     } else {
         args.push(dptr(src1));
     }
     args.push(dptr(node.dst)).push(s);
-    // SAFETY: the kernel's parameters are (w, [aq, ads | src1], dst, tandem_mm_shape) as pushed;
-    // every row, column and output the grid reaches lies inside the tensors (shape from them).
-    unsafe {
-        ctx.stream
-            .launch(&f, gemv_config(s.m, s.batches(), gemv_rows_per_block(w.ty)), &mut args)
-    }
-    .map_err(KernelError::Gpu)
+    let cfg = gemv_config(w.ty, s.m, s.batches(), per_block, gemv_shared_bytes(w.ty, waves, fused));
+    // SAFETY: the kernel's parameters are (w, [src1, aq, ads | src1], dst, tandem_mm_shape) as
+    // pushed (aq = ads = null: the block quantizes src1 itself, with the shared memory counted
+    // above); every row, column and output the grid reaches lies inside the tensors.
+    unsafe { ctx.stream.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu)
 }
 
 /// MUL_MAT with more than eight columns: the tiled GEMM on f32 activations.
@@ -471,21 +526,31 @@ pub unsafe fn launch_mul_mat_id(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<
     let s = MulMatIdShape::new(node.dst, w, src1, ids);
     let names = entries(w.ty).ok_or_else(|| launch_error("mul_mat_id", "no kernel for this weight type"))?;
     let f = ctx.kernels.function(GEMV_FAMILY, names[2])?;
+    let waves = gemv_waves(ctx.info.warp_size);
+    let per_block = if uses_q8_1(w.ty) {
+        waves * rows_per_wave(s.m * s.slots(), waves, ctx.info.compute_units)
+    } else {
+        1
+    };
     let mut args = KernelArgs::new();
     args.push(dptr(w));
+    let mut fused = None;
     if uses_q8_1(w.ty) {
-        // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
-        let (qs, ds) = unsafe { quantize_src1(ctx, src1) }?;
-        args.push(qs).push(ds);
+        args.push(dptr(src1));
+        if gemv_fuses_quantize(s.k, 1) {
+            fused = Some(gemv_act_bytes(s.k, 1));
+            args.push(DevicePtr(0)).push(DevicePtr(0));
+        } else {
+            // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
+            let (qs, ds) = unsafe { quantize_src1(ctx, src1) }?;
+            args.push(qs).push(ds);
+        }
     } else {
         args.push(dptr(src1));
     }
     args.push(dptr(ids)).push(dptr(node.dst)).push(s);
-    // SAFETY: (w, [aq, ads | src1], ids, dst, tandem_mmid_shape); expert indices are checked
-    // on the device before any weight is read.
-    unsafe {
-        ctx.stream
-            .launch(&f, gemv_config(s.m, s.slots(), gemv_rows_per_block(w.ty)), &mut args)
-    }
-    .map_err(KernelError::Gpu)
+    let cfg = gemv_config(w.ty, s.m, s.slots(), per_block, gemv_shared_bytes(w.ty, waves, fused));
+    // SAFETY: (w, [src1, aq, ads | src1], ids, dst, tandem_mmid_shape) as pushed; expert indices
+    // are checked on the device before any weight is read.
+    unsafe { ctx.stream.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu)
 }
