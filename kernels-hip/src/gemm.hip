@@ -6,9 +6,9 @@
 // loop reads 4 rows with one 16-byte load) and copies 8 activations of one column; then every
 // thread accumulates a 4 x 4 block of outputs in f32. Weights are read once per 64 columns.
 //
-// This is the portable path. A tensor-core path (NVIDIA mma.sync / AMD WMMA on int8 or f16
-// tiles, with q8_1 activations as in gemv.hip) belongs beside it behind an arch guard, chosen by
-// the launcher in backend/src/gpu/ops/matmul_launch.rs; this kernel stays the fallback.
+// This is the portable path. On NVIDIA sm_80+ the launcher (backend/src/gpu/ops/matmul_launch.rs)
+// takes the tensor-core GEMM of mma.hip instead for f16 and the 32-value-group quantized types;
+// an AMD WMMA/MFMA path would sit beside it the same way. This kernel stays the fallback.
 #include "tandem_hip.h"
 #include "tandem_quant.h"
 

@@ -32,7 +32,7 @@
 #define TANDEM_MV_GROUPS 64
 
 // Mirrors `MulMatShape` in backend/src/gpu/ops/matmul_launch.rs (eighteen i64, no padding);
-// gemm.hip has the same struct.
+// gemm.hip and mma.hip have the same struct.
 struct tandem_mm_shape {
     i64 k, m, n;                 // row length, weight rows, columns per batch
     i64 ne12, ne13;              // src1 (and dst) batch extents

@@ -1,7 +1,8 @@
 use crate::KernelSource;
 
 /// MUL_MAT and MUL_MAT_ID: decode GEMV (1..8 columns, q8_1 activations for quantized weights),
-/// MUL_MAT_ID in GEMV form, and the prefill tiled GEMM, for every weight type.
+/// MUL_MAT_ID in GEMV form, the prefill tiled GEMM for every weight type, and the tensor-core
+/// prefill GEMM (NVIDIA sm_80+) for f16 and the 32-value-group quantized types.
 pub(crate) const FAMILIES: &[KernelSource] = &[
     KernelSource {
         family: "gemv",
@@ -74,6 +75,33 @@ pub(crate) const FAMILIES: &[KernelSource] = &[
             "tandem_gemm_q5_K",
             "tandem_gemm_q6_K",
             "tandem_gemm_iq4_nl",
+        ],
+        options: &[],
+    },
+    KernelSource {
+        family: "mma",
+        file: "mma.hip",
+        source: include_str!("../mma.hip"),
+        entries: &[
+            "tandem_mma_q4_0",
+            "tandem_mma_q4_1",
+            "tandem_mma_q5_0",
+            "tandem_mma_q5_1",
+            "tandem_mma_q8_0",
+            "tandem_mma_iq4_nl",
+            "tandem_mma_q4_K",
+            "tandem_mma_q5_K",
+            "tandem_mma_f16",
+            "tandem_mma_f16_copy",
+            "tandem_mmid_route",
+            "tandem_mmid_mma_q4_0",
+            "tandem_mmid_mma_q4_1",
+            "tandem_mmid_mma_q5_0",
+            "tandem_mmid_mma_q5_1",
+            "tandem_mmid_mma_q8_0",
+            "tandem_mmid_mma_iq4_nl",
+            "tandem_mmid_mma_q4_K",
+            "tandem_mmid_mma_q5_K",
         ],
         options: &[],
     },

@@ -69,11 +69,12 @@ pub fn cases(v: &mut Vec<Case>) {
         for (m, n) in [(1, 16), (16, 1), (16, 5), (129, 1), (129, 5), (255, 2)] {
             v.push(mul_mat(ty, m, k[1], n, [1, 1], [1, 1]));
         }
-        // Rows longer than one 4096-weight GPU staging chunk (16-byte-aligned rows for every type).
+        // Rows longer than one 2048-weight GPU staging chunk (16-byte-aligned rows for every type).
         for n in [1, 8] {
             v.push(mul_mat(ty, 64, 4608, n, [1, 1], [1, 1]));
         }
-        // Prefill widths: partial 64 x 64 GEMM tiles in both dimensions, and 9 columns.
+        // Prefill widths: partial GEMM tiles (64 x 64, and 128 x 64 on tensor cores) in both
+        // dimensions, and 9 columns.
         for (m, n) in [(129, 65), (64, 9)] {
             v.push(mul_mat(ty, m, k[1], n, [1, 1], [1, 1]));
         }
@@ -99,6 +100,9 @@ pub fn cases(v: &mut Vec<Case>) {
             (8, 4, 5, 4),
             (4, 4, 8, 4),
             (16, 2, 16, 2),
+            // More than 64 tokens on one expert (the grouped GPU path's second column tile).
+            (4, 2, 130, 1),
+            (8, 4, 72, 4),
         ] {
             v.push(mul_mat_id(ty, 33, kid, n_expert, n_used, n_tokens, n_b));
         }

@@ -208,8 +208,9 @@ pub const REGISTRATIONS: &[Registration] = registrations! {
 #[cfg(test)]
 mod tests {
     use super::super::matmul_launch::{
-        entries, gemm_config, gemv_act_bytes, gemv_config, gemv_fuses_quantize, gemv_shared_bytes, gemv_waves,
-        quantize_config, rows_per_wave, GEMM_FAMILY, GEMV_FAMILY, GEMV_FUSED_ACT_BYTES,
+        entries, gemm_config, gemv_act_bytes, gemv_config, gemv_fuses_quantize, gemv_shared_bytes, gemv_waves, has_mma,
+        mma_entry, mmid_grouped_bytes, mmid_mma_config, mmid_mma_entry, quantize_config, rows_per_wave, GEMM_FAMILY,
+        GEMV_FAMILY, GEMV_FUSED_ACT_BYTES,
     };
     use super::*;
     use tandem_graph::{Graph, GraphBuilder, TensorId};
@@ -397,5 +398,37 @@ mod tests {
             assert!(e.iter().all(|n| n.contains(ty.name())));
         }
         assert!(entries(ElemType::Q8K).is_none());
+        // Tensor-core GEMM: sm_80 and newer, f16 and the 32-value-group quantized types.
+        assert!(has_mma("sm_80") && has_mma("sm_90") && has_mma("sm_90a") && has_mma("sm_120"));
+        assert!(!has_mma("sm_75") && !has_mma("gfx1100") && !has_mma("") && !has_mma("sm_x"));
+        for ty in TYPES {
+            let want = !matches!(
+                ty,
+                ElemType::F32 | ElemType::BF16 | ElemType::Q2K | ElemType::Q3K | ElemType::Q6K
+            );
+            assert_eq!(mma_entry(ty).is_some(), want, "{ty}");
+            assert_eq!(mmid_mma_entry(ty).is_some(), want && ty != ElemType::F16, "{ty}");
+        }
+    }
+
+    #[test]
+    fn grouped_mul_mat_id_geometry() {
+        let s = MulMatIdShape {
+            k: 2048,
+            m: 768,
+            n_expert: 128,
+            n_used: 8,
+            n_tokens: 512,
+            n_b: 1,
+            ..Default::default()
+        };
+        // Counts plus one list of every slot per expert.
+        assert_eq!(mmid_grouped_bytes(&s), Some((128 + 128 * 4096) * 4));
+        let c = mmid_mma_config(&s);
+        assert_eq!((c.grid, c.block), ([8, 6, 128], [256, 1, 1]));
+        // Decode-sized batches and huge expert counts keep the GEMV form.
+        assert_eq!(mmid_grouped_bytes(&MulMatIdShape { n_tokens: 8, ..s }), None);
+        assert_eq!(mmid_grouped_bytes(&MulMatIdShape { n_expert: 4097, ..s }), None);
+        assert_eq!(mmid_grouped_bytes(&MulMatIdShape { n_expert: 0, ..s }), None);
     }
 }

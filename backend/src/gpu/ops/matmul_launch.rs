@@ -1,4 +1,4 @@
-//! Launchers of the matmul kernels (`kernels-hip/src/gemv.hip`, `gemm.hip`): the shape structs
+//! Launchers of the matmul kernels (`kernels-hip/src/gemv.hip`, `gemm.hip`, `mma.hip`): the shape structs
 //! the kernels take by value, the q8_1 scratch layout, launch geometry, and the launches.
 //!
 //! Geometry (see the .hip file heads):
@@ -12,6 +12,9 @@
 //!   weights: block 128, grid (m, batches), one block per row reading 16-byte vectors.
 //! - `tandem_mul_mat_id_<type>`: as the GEMV of its type, grid.y = n_used * n_tokens.
 //! - `tandem_gemm_<type>`: block 256, grid (ceil(n / 64), ceil(m / 64), batches); 64 x 64 tiles.
+//! - `tandem_mma_<type>` (NVIDIA sm_80+, see [`mma_entry`]): block 256, grid (ceil(n / 64),
+//!   ceil(m / 128), batches); int8 mma on the q8_1 copy of src1 for weights in 32-value groups,
+//!   f16 mma on an f16 copy of src1 (`tandem_mma_f16_copy`) for f16 weights.
 
 use crate::gpu::api::{DevicePtr, LaunchConfig};
 use crate::gpu::kernels::KernelError;
@@ -21,6 +24,11 @@ use tandem_graph::{ElemType, Tensor};
 
 pub const GEMV_FAMILY: &str = "gemv";
 pub const GEMM_FAMILY: &str = "gemm";
+pub const MMA_FAMILY: &str = "mma";
+/// Threads and output tile (weight rows x columns) of the tensor-core GEMM (`mma.hip`).
+pub const MMA_THREADS: u32 = 256;
+pub const MMA_TILE_M: i64 = 128;
+pub const MMA_TILE_N: i64 = 64;
 /// Threads of a quantized-GEMV block (`TANDEM_MV_THREADS` of gemv.hip): eight 32-lane waves
 /// share one quantized copy of the activations.
 pub const GEMV_THREADS: u32 = 256;
@@ -48,7 +56,7 @@ pub const MAX_SCRATCH: usize = 1 << 30;
 /// Most columns the GEMV kernels take; wider products go to the GEMM.
 pub const GEMV_MAX_COLUMNS: i64 = 8;
 
-/// `tandem_mm_shape` of gemv.hip and gemm.hip.
+/// `tandem_mm_shape` of gemv.hip, gemm.hip and mma.hip.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MulMatShape {
@@ -106,7 +114,7 @@ impl MulMatShape {
     }
 }
 
-/// `tandem_mmid_shape` of gemv.hip.
+/// `tandem_mmid_shape` of gemv.hip and mma.hip.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MulMatIdShape {
@@ -282,6 +290,48 @@ pub fn entries(ty: ElemType) -> Option<[&'static str; 4]> {
     })
 }
 
+/// The tensor-core GEMM entry for weights of `ty`, if there is one: int8 mma for the types
+/// whose 32-value groups have one scale and offset (with q8_1 activations), f16 mma for f16.
+pub fn mma_entry(ty: ElemType) -> Option<&'static str> {
+    Some(match ty {
+        ElemType::F16 => "tandem_mma_f16",
+        ElemType::Q4_0 => "tandem_mma_q4_0",
+        ElemType::Q4_1 => "tandem_mma_q4_1",
+        ElemType::Q5_0 => "tandem_mma_q5_0",
+        ElemType::Q5_1 => "tandem_mma_q5_1",
+        ElemType::Q8_0 => "tandem_mma_q8_0",
+        ElemType::IQ4NL => "tandem_mma_iq4_nl",
+        ElemType::Q4K => "tandem_mma_q4_K",
+        ElemType::Q5K => "tandem_mma_q5_K",
+        _ => return None,
+    })
+}
+
+/// Whether a device of compile target `arch` has the mma instructions `mma.hip` uses (NVIDIA
+/// sm_80 and newer).
+pub fn has_mma(arch: &str) -> bool {
+    arch.strip_prefix("sm_")
+        .and_then(|v| {
+            v.trim_end_matches(|c: char| c.is_ascii_alphabetic())
+                .parse::<u32>()
+                .ok()
+        })
+        .is_some_and(|v| v >= 80)
+}
+
+pub fn mma_config(s: &MulMatShape) -> LaunchConfig {
+    let tiles = |x: i64, t: i64| (x.max(1) + t - 1) / t;
+    LaunchConfig {
+        grid: [
+            tiles(s.n, MMA_TILE_N).min(MAX_GRID_X) as u32,
+            tiles(s.m, MMA_TILE_M).min(MAX_GRID_YZ) as u32,
+            s.batches().clamp(1, MAX_GRID_YZ) as u32,
+        ],
+        block: [MMA_THREADS, 1, 1],
+        shared_bytes: 0,
+    }
+}
+
 /// Whether weights of `ty` meet q8_1 activations (else f32 activations are read directly).
 pub fn uses_q8_1(ty: ElemType) -> bool {
     ty.is_quantized()
@@ -370,10 +420,25 @@ pub fn mul_mat_fits(s: &MulMatShape) -> bool {
 /// # Safety
 /// `src1` is a device tensor of f32 whose every element is reachable through its strides.
 unsafe fn quantize_src1(ctx: &LaunchCtx<'_>, src1: &Tensor) -> Result<(DevicePtr, DevicePtr), KernelError> {
+    // SAFETY: forwarded.
+    unsafe { quantize_src1_with(ctx, src1, 0) }.map(|(qs, ds, _)| (qs, ds))
+}
+
+/// As [`quantize_src1`], with `extra` more bytes of scratch after the copy (256-byte aligned),
+/// whose address is returned third.
+///
+/// # Safety
+/// As [`quantize_src1`].
+unsafe fn quantize_src1_with(
+    ctx: &LaunchCtx<'_>,
+    src1: &Tensor,
+    extra: usize,
+) -> Result<(DevicePtr, DevicePtr, DevicePtr), KernelError> {
     let q = Q8Shape::of(src1);
     let (ds_at, bytes) =
         q8_1_layout(q.columns(), q.ne[0]).ok_or_else(|| launch_error("quantize_q8_1", "bad activation shape"))?;
-    let base = ctx.scratch.get(bytes)?;
+    let extra_at = bytes.next_multiple_of(256);
+    let base = ctx.scratch.get(extra_at + extra)?;
     let (qs, ds) = (base, base.offset(ds_at));
     let f = ctx.kernels.function(GEMV_FAMILY, "tandem_quantize_q8_1")?;
     let mut args = KernelArgs::new();
@@ -381,7 +446,26 @@ unsafe fn quantize_src1(ctx: &LaunchCtx<'_>, src1: &Tensor) -> Result<(DevicePtr
     // SAFETY: (const char*, i8*, float2*, tandem_q8_shape); src1 is readable through its
     // strides (caller), the scratch region holds `bytes` laid out as q8_1_layout says.
     unsafe { ctx.stream.launch(&f, quantize_config(&q), &mut args) }.map_err(KernelError::Gpu)?;
-    Ok((qs, ds))
+    Ok((qs, ds, base.offset(extra_at)))
+}
+
+/// Queues the f16 copy of `src1` (contiguous, column by column) into scratch for the f16 mma
+/// GEMM; returns its address.
+///
+/// # Safety
+/// As [`quantize_src1`].
+unsafe fn f16_src1(ctx: &LaunchCtx<'_>, src1: &Tensor) -> Result<DevicePtr, KernelError> {
+    let q = Q8Shape::of(src1);
+    let bytes = usize::try_from(q.columns().saturating_mul(q.ne[0]).saturating_mul(2))
+        .map_err(|_| launch_error("f16_copy", "bad activation shape"))?;
+    let out = ctx.scratch.get(bytes)?;
+    let f = ctx.kernels.function(MMA_FAMILY, "tandem_mma_f16_copy")?;
+    let mut args = KernelArgs::new();
+    args.push(dptr(src1)).push(out).push(q);
+    // SAFETY: (const char*, u16*, tandem_mma_src_shape, laid out as tandem_q8_shape); src1 is
+    // readable through its strides (caller) and the scratch region holds k * columns halves.
+    unsafe { ctx.stream.launch(&f, quantize_config(&q), &mut args) }.map_err(KernelError::Gpu)?;
+    Ok(out)
 }
 
 /// Weight types whose CPU dot products quantize activations to q8_0 or q8_1 (32-value blocks,
@@ -480,7 +564,8 @@ pub unsafe fn launch_gemv(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
     unsafe { ctx.stream.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu)
 }
 
-/// MUL_MAT with more than eight columns: the tiled GEMM on f32 activations.
+/// MUL_MAT with more than eight columns: the tensor-core GEMM where the device and the weight
+/// type have one, else the portable tiled GEMM on f32 activations.
 ///
 /// # Safety
 /// As for [`launch_gemv`], for the gemm predicate.
@@ -490,6 +575,35 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
         _ => return Err(launch_error("gemm", "MUL_MAT without two sources")),
     };
     check_alignment("gemm", w, src1, node.dst)?;
+    if let Some(entry) = mma_entry(w.ty).filter(|_| has_mma(&ctx.info.arch)) {
+        let s = MulMatShape::new(node.dst, w, src1).ok_or_else(|| launch_error("gemm", "empty batch"))?;
+        let columns = Q8Shape::of(src1).columns();
+        let fits = if uses_q8_1(w.ty) {
+            q8_1_layout(columns, s.k).is_some()
+        } else {
+            columns
+                .checked_mul(s.k)
+                .and_then(|v| v.checked_mul(2))
+                .is_some_and(|b| b <= MAX_SCRATCH as i64)
+        };
+        if fits && (s.m + MMA_TILE_M - 1) / MMA_TILE_M <= MAX_GRID_YZ {
+            let f = ctx.kernels.function(MMA_FAMILY, entry)?;
+            let mut args = KernelArgs::new();
+            args.push(dptr(w));
+            if uses_q8_1(w.ty) {
+                // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
+                let (qs, ds) = unsafe { quantize_src1(ctx, src1) }?;
+                args.push(qs).push(ds);
+            } else {
+                // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
+                args.push(unsafe { f16_src1(ctx, src1) }?);
+            }
+            args.push(dptr(node.dst)).push(s);
+            // SAFETY: (w, [aq, ads | xh], dst, tandem_mm_shape); tiles past m, n or k are
+            // masked in the kernel; the q8_1 or f16 copy holds every column of every batch.
+            return unsafe { ctx.stream.launch(&f, mma_config(&s), &mut args) }.map_err(KernelError::Gpu);
+        }
+    }
     // Weights whose CPU dot products take q8_0/q8_1 activations meet activations rounded the same
     // way, so prefill gives the CPU's results up to f32 summation order.
     let rounded;
@@ -502,7 +616,6 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
     };
     let s = MulMatShape::new(node.dst, w, src1).ok_or_else(|| launch_error("gemm", "empty batch"))?;
     let names = entries(w.ty).ok_or_else(|| launch_error("gemm", "no kernel for this weight type"))?;
-    // A tensor-core variant (NVIDIA mma / AMD WMMA) gets chosen here by ctx.info.arch.
     let f = ctx.kernels.function(GEMM_FAMILY, names[3])?;
     let mut args = KernelArgs::new();
     args.push(dptr(w)).push(dptr(src1)).push(dptr(node.dst)).push(s);
@@ -524,6 +637,12 @@ pub unsafe fn launch_mul_mat_id(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<
         return Err(launch_error("mul_mat_id", "ids data is not 4-byte aligned"));
     }
     let s = MulMatIdShape::new(node.dst, w, src1, ids);
+    if let Some(entry) = mmid_mma_entry(w.ty).filter(|_| has_mma(&ctx.info.arch)) {
+        if let Some(lists_bytes) = mmid_grouped_bytes(&s) {
+            // SAFETY: forwarded.
+            return unsafe { launch_mul_mat_id_grouped(ctx, node, w, src1, ids, &s, entry, lists_bytes) };
+        }
+    }
     let names = entries(w.ty).ok_or_else(|| launch_error("mul_mat_id", "no kernel for this weight type"))?;
     let f = ctx.kernels.function(GEMV_FAMILY, names[2])?;
     let waves = gemv_waves(ctx.info.warp_size);
@@ -553,4 +672,100 @@ pub unsafe fn launch_mul_mat_id(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<
     // SAFETY: (w, [src1, aq, ads | src1], ids, dst, tandem_mmid_shape) as pushed; expert indices
     // are checked on the device before any weight is read.
     unsafe { ctx.stream.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu)
+}
+
+/// The tensor-core MUL_MAT_ID entry (tokens grouped by expert) for experts of `ty`, if any.
+pub fn mmid_mma_entry(ty: ElemType) -> Option<&'static str> {
+    Some(match ty {
+        ElemType::Q4_0 => "tandem_mmid_mma_q4_0",
+        ElemType::Q4_1 => "tandem_mmid_mma_q4_1",
+        ElemType::Q5_0 => "tandem_mmid_mma_q5_0",
+        ElemType::Q5_1 => "tandem_mmid_mma_q5_1",
+        ElemType::Q8_0 => "tandem_mmid_mma_q8_0",
+        ElemType::IQ4NL => "tandem_mmid_mma_iq4_nl",
+        ElemType::Q4K => "tandem_mmid_mma_q4_K",
+        ElemType::Q5K => "tandem_mmid_mma_q5_K",
+        _ => return None,
+    })
+}
+
+/// Most experts `tandem_mmid_route` sorts (its shared counters).
+pub const MMID_MAX_EXPERTS: i64 = 4096;
+
+/// Bytes of the expert counts and slot lists of a grouped MUL_MAT_ID, or `None` when the
+/// node keeps the GEMV form: at most [`GEMV_MAX_COLUMNS`] tokens, too many experts, or lists
+/// beyond the scratch limit.
+pub fn mmid_grouped_bytes(s: &MulMatIdShape) -> Option<usize> {
+    if s.n_tokens <= GEMV_MAX_COLUMNS || s.n_expert > MMID_MAX_EXPERTS || s.n_expert <= 0 {
+        return None;
+    }
+    let lists = s
+        .n_expert
+        .checked_mul(s.slots())?
+        .checked_add(s.n_expert)?
+        .checked_mul(4)?;
+    usize::try_from(lists).ok().filter(|&b| b <= MAX_SCRATCH)
+}
+
+pub fn mmid_mma_config(s: &MulMatIdShape) -> LaunchConfig {
+    let tiles = |x: i64, t: i64| (x.max(1) + t - 1) / t;
+    LaunchConfig {
+        grid: [
+            tiles(s.n_tokens, MMA_TILE_N).min(MAX_GRID_X) as u32,
+            tiles(s.m, MMA_TILE_M).min(MAX_GRID_YZ) as u32,
+            s.n_expert.clamp(1, MAX_GRID_YZ) as u32,
+        ],
+        block: [MMA_THREADS, 1, 1],
+        shared_bytes: 0,
+    }
+}
+
+/// MUL_MAT_ID with more than eight tokens on tensor cores: the activations' q8_1 copy, the
+/// slots sorted by expert on the device (`tandem_mmid_route`), then one GEMM per expert over
+/// its tokens (`tandem_mmid_mma_<type>`), each expert's weights read once per 64 of them.
+///
+/// # Safety
+/// As [`launch_mul_mat_id`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn launch_mul_mat_id_grouped(
+    ctx: &LaunchCtx<'_>,
+    node: &Node<'_>,
+    w: &Tensor,
+    src1: &Tensor,
+    ids: &Tensor,
+    s: &MulMatIdShape,
+    entry: &'static str,
+    lists_bytes: usize,
+) -> Result<(), KernelError> {
+    // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
+    let (qs, ds, counts) = unsafe { quantize_src1_with(ctx, src1, lists_bytes) }?;
+    let lists = counts.offset(s.n_expert as usize * 4);
+    let route = ctx.kernels.function(MMA_FAMILY, "tandem_mmid_route")?;
+    let mut args = KernelArgs::new();
+    args.push(dptr(ids))
+        .push(counts)
+        .push(lists)
+        .push(dptr(node.dst))
+        .push(*s);
+    let one = LaunchConfig {
+        grid: [1, 1, 1],
+        block: [1024, 1, 1],
+        shared_bytes: 0,
+    };
+    // SAFETY: (const char* ids, i32* counts, i32* lists, char* dst, tandem_mmid_shape); the
+    // scratch tail holds n_expert counts and n_expert * slots list entries; n_expert is at most
+    // MMID_MAX_EXPERTS (mmid_grouped_bytes).
+    unsafe { ctx.stream.launch(&route, one, &mut args) }.map_err(KernelError::Gpu)?;
+    let f = ctx.kernels.function(MMA_FAMILY, entry)?;
+    let mut args = KernelArgs::new();
+    args.push(dptr(w))
+        .push(qs)
+        .push(ds)
+        .push(counts)
+        .push(lists)
+        .push(dptr(node.dst))
+        .push(*s);
+    // SAFETY: (w, aq, ads, counts, lists, dst, tandem_mmid_shape); every listed slot has a valid
+    // expert and its q8_1 column exists; rows past m are masked in the kernel.
+    unsafe { ctx.stream.launch(&f, mmid_mma_config(s), &mut args) }.map_err(KernelError::Gpu)
 }
