@@ -307,6 +307,15 @@ pub fn mma_entry(ty: ElemType) -> Option<&'static str> {
     })
 }
 
+/// The name `TANDEM_DISABLE_DISPATCH` takes to keep MUL_MAT and MUL_MAT_ID off the tensor-core
+/// kernels (the portable GEMM and the GEMV-form MUL_MAT_ID run instead).
+pub const MMA_SWITCH: &str = "hip.mma";
+
+/// Whether the launchers may use `mma.hip` on a device of compile target `arch`.
+fn mma_allowed(arch: &str) -> bool {
+    has_mma(arch) && !crate::config::Config::get().is_disabled(MMA_SWITCH)
+}
+
 /// Whether a device of compile target `arch` has the mma instructions `mma.hip` uses (NVIDIA
 /// sm_80 and newer).
 pub fn has_mma(arch: &str) -> bool {
@@ -449,23 +458,39 @@ unsafe fn quantize_src1_with(
     Ok((qs, ds, base.offset(extra_at)))
 }
 
-/// Queues the f16 copy of `src1` (contiguous, column by column) into scratch for the f16 mma
-/// GEMM; returns its address.
+/// Queues `entry` of `family`, which writes each value of `src1` converted to `elem_bytes`
+/// bytes into scratch (contiguous, column by column; grid as [`quantize_config`]), and returns
+/// the copy's address.
+///
+/// # Safety
+/// As [`quantize_src1`]; the entry's parameters are (const char* src, out*, tandem_q8_shape).
+unsafe fn convert_src1(
+    ctx: &LaunchCtx<'_>,
+    src1: &Tensor,
+    family: &str,
+    entry: &str,
+    elem_bytes: i64,
+) -> Result<DevicePtr, KernelError> {
+    let q = Q8Shape::of(src1);
+    let bytes = usize::try_from(q.columns().saturating_mul(q.ne[0]).saturating_mul(elem_bytes))
+        .map_err(|_| launch_error("convert_src1", "bad activation shape"))?;
+    let out = ctx.scratch.get(bytes)?;
+    let f = ctx.kernels.function(family, entry)?;
+    let mut args = KernelArgs::new();
+    args.push(dptr(src1)).push(out).push(q);
+    // SAFETY: src1 is readable through its strides (caller) and the scratch region holds
+    // k * columns converted values.
+    unsafe { ctx.stream.launch(&f, quantize_config(&q), &mut args) }.map_err(KernelError::Gpu)?;
+    Ok(out)
+}
+
+/// Queues the f16 copy of `src1` (`tandem_mma_f16_copy`) for the f16 mma GEMM.
 ///
 /// # Safety
 /// As [`quantize_src1`].
 unsafe fn f16_src1(ctx: &LaunchCtx<'_>, src1: &Tensor) -> Result<DevicePtr, KernelError> {
-    let q = Q8Shape::of(src1);
-    let bytes = usize::try_from(q.columns().saturating_mul(q.ne[0]).saturating_mul(2))
-        .map_err(|_| launch_error("f16_copy", "bad activation shape"))?;
-    let out = ctx.scratch.get(bytes)?;
-    let f = ctx.kernels.function(MMA_FAMILY, "tandem_mma_f16_copy")?;
-    let mut args = KernelArgs::new();
-    args.push(dptr(src1)).push(out).push(q);
-    // SAFETY: (const char*, u16*, tandem_mma_src_shape, laid out as tandem_q8_shape); src1 is
-    // readable through its strides (caller) and the scratch region holds k * columns halves.
-    unsafe { ctx.stream.launch(&f, quantize_config(&q), &mut args) }.map_err(KernelError::Gpu)?;
-    Ok(out)
+    // SAFETY: forwarded; (const char*, u16*, tandem_mma_src_shape = tandem_q8_shape's layout).
+    unsafe { convert_src1(ctx, src1, MMA_FAMILY, "tandem_mma_f16_copy", 2) }
 }
 
 /// Weight types whose CPU dot products quantize activations to q8_0 or q8_1 (32-value blocks,
@@ -487,15 +512,8 @@ unsafe fn round_src1(ctx: &LaunchCtx<'_>, src1: &Tensor) -> Result<Tensor, Kerne
             "activation rows are not whole 32-value blocks",
         ));
     }
-    let bytes = usize::try_from(q.columns().saturating_mul(q.ne[0]).saturating_mul(4))
-        .map_err(|_| launch_error("q8_round", "bad activation shape"))?;
-    let out = ctx.scratch.get(bytes)?;
-    let f = ctx.kernels.function(GEMV_FAMILY, "tandem_q8_round_f32")?;
-    let mut args = KernelArgs::new();
-    args.push(dptr(src1)).push(out).push(q);
-    // SAFETY: (const char*, float*, tandem_q8_shape); src1 is readable through its strides
-    // (caller) and the scratch region holds k * columns floats.
-    unsafe { ctx.stream.launch(&f, quantize_config(&q), &mut args) }.map_err(KernelError::Gpu)?;
+    // SAFETY: forwarded; (const char*, float*, tandem_q8_shape).
+    let out = unsafe { convert_src1(ctx, src1, GEMV_FAMILY, "tandem_q8_round_f32", 4) }?;
     let mut t = src1.clone();
     t.data = out.0 as usize;
     t.nb = tandem_graph::tensor::contiguous_strides(ElemType::F32, &t.ne);
@@ -575,7 +593,7 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
         _ => return Err(launch_error("gemm", "MUL_MAT without two sources")),
     };
     check_alignment("gemm", w, src1, node.dst)?;
-    if let Some(entry) = mma_entry(w.ty).filter(|_| has_mma(&ctx.info.arch)) {
+    if let Some(entry) = mma_entry(w.ty).filter(|_| mma_allowed(&ctx.info.arch)) {
         let s = MulMatShape::new(node.dst, w, src1).ok_or_else(|| launch_error("gemm", "empty batch"))?;
         let columns = Q8Shape::of(src1).columns();
         let fits = if uses_q8_1(w.ty) {
@@ -637,7 +655,7 @@ pub unsafe fn launch_mul_mat_id(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<
         return Err(launch_error("mul_mat_id", "ids data is not 4-byte aligned"));
     }
     let s = MulMatIdShape::new(node.dst, w, src1, ids);
-    if let Some(entry) = mmid_mma_entry(w.ty).filter(|_| has_mma(&ctx.info.arch)) {
+    if let Some(entry) = mmid_mma_entry(w.ty).filter(|_| mma_allowed(&ctx.info.arch)) {
         if let Some(lists_bytes) = mmid_grouped_bytes(&s) {
             // SAFETY: forwarded.
             return unsafe { launch_mul_mat_id_grouped(ctx, node, w, src1, ids, &s, entry, lists_bytes) };
