@@ -431,4 +431,52 @@ mod tests {
         assert_eq!(mmid_grouped_bytes(&MulMatIdShape { n_expert: 4097, ..s }), None);
         assert_eq!(mmid_grouped_bytes(&MulMatIdShape { n_expert: 0, ..s }), None);
     }
+
+    /// Fields (i64 each) of `struct <name> { ... };` in a kernel source.
+    fn i64_fields(src: &str, name: &str) -> usize {
+        let start = src
+            .find(&format!("struct {name} {{"))
+            .unwrap_or_else(|| panic!("no {name}"));
+        let body = &src[start..start + src[start..].find("};").unwrap()];
+        body.lines()
+            .map(|l| l.split("//").next().unwrap().trim())
+            .filter_map(|l| l.strip_prefix("i64 "))
+            .map(|l| l.trim_end_matches(';').split(',').count())
+            .sum()
+    }
+
+    #[test]
+    fn launch_constants_and_shapes_match_the_kernel_sources() {
+        use super::super::matmul_launch::{
+            GEMM_THREADS, GEMM_TILE, GEMV_CHUNK, GEMV_THREADS, MMA_THREADS, MMA_TILE_M, MMA_TILE_N, MMID_MAX_EXPERTS,
+        };
+        let src = |family| tandem_kernels_hip::find(family).unwrap().source;
+        let (gemv, gemm, mma) = (src("gemv"), src("gemm"), src("mma"));
+        for (src, text) in [
+            (gemv, format!("#define TANDEM_MV_THREADS {GEMV_THREADS}\n")),
+            (gemv, format!("#define TANDEM_MV_GROUPS {}\n", GEMV_CHUNK / 32)),
+            (gemm, format!("#define TANDEM_MM_THREADS {GEMM_THREADS}\n")),
+            (gemm, format!("#define TANDEM_MM_BM {GEMM_TILE}\n")),
+            (gemm, format!("#define TANDEM_MM_BN {GEMM_TILE}\n")),
+            (mma, format!("#define TANDEM_MMA_THREADS {MMA_THREADS}\n")),
+            (mma, format!("#define TANDEM_MMA_BM {MMA_TILE_M}\n")),
+            (mma, format!("#define TANDEM_MMA_BN {MMA_TILE_N}\n")),
+            (mma, format!("__shared__ i32 cnt[{MMID_MAX_EXPERTS}];")),
+        ] {
+            assert!(src.contains(&text), "{text}");
+        }
+        let mm = std::mem::size_of::<MulMatShape>() / 8;
+        let mmid = std::mem::size_of::<MulMatIdShape>() / 8;
+        for src in [gemv, gemm, mma] {
+            assert_eq!(i64_fields(src, "tandem_mm_shape"), mm);
+        }
+        for src in [gemv, mma] {
+            assert_eq!(i64_fields(src, "tandem_mmid_shape"), mmid);
+        }
+        assert_eq!(i64_fields(gemv, "tandem_q8_shape"), std::mem::size_of::<Q8Shape>() / 8);
+        assert_eq!(
+            i64_fields(mma, "tandem_mma_src_shape"),
+            std::mem::size_of::<Q8Shape>() / 8
+        );
+    }
 }
