@@ -1,23 +1,24 @@
 // Decode-shaped MUL_MAT (GEMV, 1..8 columns) and MUL_MAT_ID over every weight type, plus the
 // quantizer that turns f32 activations into q8_1 for the integer dot products.
 //
-// Launch layout (block = TANDEM_MV_THREADS threads, any wave size): grid.y is the batch or
-// expert slot; block x of grid.x takes row groups x, x + gridDim.x, ... (a group: one row per
-// wave), the launcher sizing grid.x so that each wave gets at most rpw rows and the grid about
-// fills the device. Each wave walks its rows alone, so no block barrier stands between a row's loads
-// and its sum (a wave reduction). Quantized rows go in chunks of 2048 weights through the wave's
-// own slice of shared memory: the chunk is loaded with 16-byte loads when rows are 16-byte
-// aligned (whole-superblock rows of every type are; quantized rows are otherwise only 2-byte
-// aligned), and each wave keeps the loads of its next two chunks in flight (two register sets
-// taking turns) while it dots the current one. Each lane dots whole 32-weight groups
-// with every column. Float weights are read straight from global memory, eight 16-byte vectors
-// per lane in flight. Every weight byte is read once for all columns.
+// Launch layout, quantized weights (block = TANDEM_MV_THREADS threads, any wave size): grid.y is
+// the batch or expert slot; block x of grid.x takes row groups x, x + gridDim.x, ... (a group:
+// one row per wave), the launcher sizing grid.x so that each wave gets at most rpw rows and the
+// grid about fills the device. Each wave walks its rows alone, so no block barrier stands
+// between a row's loads and its sum (a wave reduction). Rows go in chunks of 2048 weights
+// through the wave's own slice of shared memory: the chunk is loaded with 16-byte loads when rows
+// are 16-byte aligned (whole-superblock rows of every type are; quantized rows are otherwise
+// only 2-byte aligned), and each wave keeps the loads of its next two chunks in flight (two
+// register sets taking turns) while it dots the current one. Each lane dots whole 32-weight
+// groups with every column. Float weights: one block of 128 threads per row (grid.x = rows),
+// reading 16-byte vectors strided over the block, block reduction. Every weight byte is read
+// once for all columns.
 //
 // Quantized weights meet activations quantized to q8_1 (per 32 values: scale d and d * sum(q),
 // kept as f32), dotted with 4-byte integer dot products; float weights meet the f32 activations
 // directly. When a block's columns fit (gemv_act_bytes in matmul_launch.rs), the launcher passes
 // aq = null and every block quantizes them itself into shared memory, behind its wave stages,
-// while its first chunk's loads are in flight: one launch per node. Otherwise
+// while its first two chunks' loads are in flight: one launch per node. Otherwise
 // tandem_quantize_q8_1 writes a q8_1 copy to scratch memory first (int8 values, `k` per column,
 // then one float2 (d, d*sum) per group) and the GEMV reads it from there. Both round exactly as
 // the CPU's q8_0 activation copy does.
@@ -468,12 +469,6 @@ TANDEM_DEVICE void tandem_mv_quantize_block(const char* base, i64 nb0, i64 nb1, 
     }
 }
 
-// Bytes of shared memory the block's activation copy takes (mirrors gemv_act_bytes in
-// backend/src/gpu/ops/matmul_launch.rs).
-TANDEM_DEVICE i64 tandem_mv_act_bytes(i64 k, i64 ncols) {
-    return ncols * k + ncols * (k / 32) * 8;
-}
-
 // ---------------------------------------------------------------- the row walks
 
 // Wave-wide sums of acc[0..ncols) written to out[j * out_stride] (bytes) by lane 0.
@@ -662,26 +657,6 @@ struct tandem_mv_bf16 {
         }
     }
 };
-
-// Adds the products of V weights (one 16-byte vector, elements i * V ..) with each column.
-template <typename T, int MAXC>
-TANDEM_DEVICE void tandem_mv_float_vec(float* acc, uint4 u, i64 i, const char* act, i64 act_stride, int ncols) {
-    float wv[T::V];
-    T::vec(u, wv);
-#pragma unroll
-    for (int j = 0; j < MAXC; ++j) {
-        if (j < ncols) {
-            const float4* ap = (const float4*)(act + j * act_stride) + i * (T::V / 4);
-            float s = 0.0f;
-#pragma unroll
-            for (int q = 0; q < T::V / 4; ++q) {
-                const float4 x = ap[q];
-                s += wv[4 * q] * x.x + wv[4 * q + 1] * x.y + wv[4 * q + 2] * x.z + wv[4 * q + 3] * x.w;
-            }
-            acc[j] += s;
-        }
-    }
-}
 
 // Block-wide sums of acc[0..ncols) written to out[j * out_stride] (bytes) by the first threads.
 template <int MAXC>

@@ -369,7 +369,8 @@ pub fn rows_per_wave(rows: i64, waves: i64, units: u32) -> i64 {
     ((rows.max(1) + wanted - 1) / wanted).max(1)
 }
 
-/// Bytes of a block's q8_1 copy of `columns` columns of `k` values (`tandem_mv_act_bytes`).
+/// Bytes of a block's q8_1 copy of `columns` columns of `k` values: the int8 values, then one
+/// float2 per 32 (as `tandem_mv_quant_block` lays them out behind the wave stages).
 pub fn gemv_act_bytes(k: i64, columns: i64) -> i64 {
     columns * k + columns * (k / 32) * 8
 }
