@@ -209,8 +209,8 @@ pub const REGISTRATIONS: &[Registration] = registrations! {
 mod tests {
     use super::super::matmul_launch::{
         entries, gemm_config, gemv_act_bytes, gemv_config, gemv_fuses_quantize, gemv_shared_bytes, gemv_waves, has_mma,
-        mma_entry, mmid_grouped_bytes, mmid_mma_config, mmid_mma_entry, quantize_config, rows_per_wave, GEMM_FAMILY,
-        GEMV_FAMILY, GEMV_FUSED_ACT_BYTES,
+        mma_config, mma_entry, mmid_grouped_bytes, mmid_mma_config, mmid_mma_entry, quantize_config, rows_per_wave,
+        GEMM_FAMILY, GEMV_FAMILY, GEMV_FUSED_ACT_BYTES,
     };
     use super::*;
     use tandem_graph::{Graph, GraphBuilder, TensorId};
@@ -426,6 +426,17 @@ mod tests {
         assert_eq!(mmid_grouped_bytes(&s), Some((128 + 128 * 4096) * 4));
         let c = mmid_mma_config(&s);
         assert_eq!((c.grid, c.block), ([8, 6, 128], [256, 1, 1]));
+        // The tensor-core MUL_MAT: 128 x 64 tiles.
+        let mm = MulMatShape {
+            k: 4096,
+            m: 14336,
+            n: 512,
+            ne12: 1,
+            ne13: 1,
+            ..Default::default()
+        };
+        let c = mma_config(&mm);
+        assert_eq!((c.grid, c.block), ([8, 112, 1], [256, 1, 1]));
         // Decode-sized batches and huge expert counts keep the GEMV form.
         assert_eq!(mmid_grouped_bytes(&MulMatIdShape { n_tokens: 8, ..s }), None);
         assert_eq!(mmid_grouped_bytes(&MulMatIdShape { n_expert: 4097, ..s }), None);

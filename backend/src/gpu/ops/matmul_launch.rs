@@ -329,16 +329,7 @@ pub fn has_mma(arch: &str) -> bool {
 }
 
 pub fn mma_config(s: &MulMatShape) -> LaunchConfig {
-    let tiles = |x: i64, t: i64| (x.max(1) + t - 1) / t;
-    LaunchConfig {
-        grid: [
-            tiles(s.n, MMA_TILE_N).min(MAX_GRID_X) as u32,
-            tiles(s.m, MMA_TILE_M).min(MAX_GRID_YZ) as u32,
-            s.batches().clamp(1, MAX_GRID_YZ) as u32,
-        ],
-        block: [MMA_THREADS, 1, 1],
-        shared_bytes: 0,
-    }
+    tile_grid((s.n, MMA_TILE_N), (s.m, MMA_TILE_M), s.batches(), MMA_THREADS)
 }
 
 /// Whether weights of `ty` meet q8_1 activations (else f32 activations are read directly).
@@ -406,17 +397,23 @@ pub fn gemv_config(ty: ElemType, rows: i64, batches: i64, per_block: i64, shared
     }
 }
 
-pub fn gemm_config(s: &MulMatShape) -> LaunchConfig {
-    let tiles = |x: i64| (x.max(1) + GEMM_TILE - 1) / GEMM_TILE;
+/// Grid of (columns, rows, z) tiles: ceil(x / tile) along the first two, clamped to the limits
+/// every device has; `threads` per block.
+fn tile_grid(cols: (i64, i64), rows: (i64, i64), z: i64, threads: u32) -> LaunchConfig {
+    let tiles = |(x, t): (i64, i64)| (x.max(1) + t - 1) / t;
     LaunchConfig {
         grid: [
-            tiles(s.n).min(MAX_GRID_X) as u32,
-            tiles(s.m).min(MAX_GRID_YZ) as u32,
-            s.batches().clamp(1, MAX_GRID_YZ) as u32,
+            tiles(cols).min(MAX_GRID_X) as u32,
+            tiles(rows).min(MAX_GRID_YZ) as u32,
+            z.clamp(1, MAX_GRID_YZ) as u32,
         ],
-        block: [GEMM_THREADS, 1, 1],
+        block: [threads, 1, 1],
         shared_bytes: 0,
     }
+}
+
+pub fn gemm_config(s: &MulMatShape) -> LaunchConfig {
+    tile_grid((s.n, GEMM_TILE), (s.m, GEMM_TILE), s.batches(), GEMM_THREADS)
 }
 
 /// Whether the grids of a MUL_MAT of this shape fit every device's limits.
@@ -727,16 +724,7 @@ pub fn mmid_grouped_bytes(s: &MulMatIdShape) -> Option<usize> {
 }
 
 pub fn mmid_mma_config(s: &MulMatIdShape) -> LaunchConfig {
-    let tiles = |x: i64, t: i64| (x.max(1) + t - 1) / t;
-    LaunchConfig {
-        grid: [
-            tiles(s.n_tokens, MMA_TILE_N).min(MAX_GRID_X) as u32,
-            tiles(s.m, MMA_TILE_M).min(MAX_GRID_YZ) as u32,
-            s.n_expert.clamp(1, MAX_GRID_YZ) as u32,
-        ],
-        block: [MMA_THREADS, 1, 1],
-        shared_bytes: 0,
-    }
+    tile_grid((s.n_tokens, MMA_TILE_N), (s.m, MMA_TILE_M), s.n_expert, MMA_THREADS)
 }
 
 /// MUL_MAT_ID with more than eight tokens on tensor cores: the activations' q8_1 copy, the
