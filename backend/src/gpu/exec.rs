@@ -104,10 +104,7 @@ pub fn plan(g: &Graph, kinds: &[MemKind], registry: &Registry, log: bool) -> Res
         }
         let mut chosen = None;
         if gpu_visible(g, kinds, id) {
-            let node = Node {
-                dst: t,
-                srcs: g.srcs(id),
-            };
+            let node = Node::of(g, id);
             let next = g.nodes.get(i + 1).copied().filter(|&n| {
                 let nt = g.tensor(n);
                 !is_noop(nt)
@@ -116,10 +113,7 @@ pub fn plan(g: &Graph, kinds: &[MemKind], registry: &Registry, log: bool) -> Res
                     && nt.src.contains(&Some(id))
                     && gpu_visible(g, kinds, n)
             });
-            let next_node = next.map(|n| Node {
-                dst: g.tensor(n),
-                srcs: g.srcs(n),
-            });
+            let next_node = next.map(|n| Node::of(g, n));
             chosen = registry.choose(&node, next_node.as_ref());
         }
         match chosen {
@@ -191,14 +185,8 @@ pub unsafe fn launch_step(
         reason: format!("{} ({}): {e}", r.name, g.tensor(ids[0]).op),
     };
     if !needs_move {
-        let node = Node {
-            dst: g.tensor(ids[0]),
-            srcs: g.srcs(ids[0]),
-        };
-        let next = fused.then(|| Node {
-            dst: g.tensor(ids[1]),
-            srcs: g.srcs(ids[1]),
-        });
+        let node = Node::of(g, ids[0]);
+        let next = fused.then(|| Node::of(g, ids[1]));
         // SAFETY: forwarded contract; the predicate accepted these nodes at plan time.
         return unsafe { (r.launch)(ctx, &node, next.as_ref()) }.map_err(fail);
     }

@@ -11,7 +11,7 @@ use super::kernels::{KernelError, Kernels};
 use super::safe::{Context, DeviceBuffer, Stream};
 use crate::config::Config;
 use std::sync::{Arc, Mutex};
-use tandem_graph::{Op, Tensor};
+use tandem_graph::{Graph, Op, Tensor, TensorId};
 use tandem_ops::Srcs;
 
 /// One node as predicates and launchers see it. Inside a launcher every `data` is a device
@@ -23,9 +23,28 @@ pub struct Node<'a> {
 }
 
 impl<'a> Node<'a> {
+    /// Node `id` of `g` with its sources.
+    pub fn of(g: &'a Graph, id: TensorId) -> Node<'a> {
+        Node {
+            dst: g.tensor(id),
+            srcs: g.srcs(id),
+        }
+    }
+
     pub fn src(&self, i: usize) -> Option<&'a Tensor> {
         self.srcs.get(i).copied().flatten()
     }
+}
+
+/// The names of the registrations in `regs` for node `id`'s op that accept it unfused (tests of
+/// the predicates).
+#[cfg(test)]
+pub(crate) fn accepting(regs: &[Registration], g: &Graph, id: TensorId) -> Vec<&'static str> {
+    let n = Node::of(g, id);
+    regs.iter()
+        .filter(|r| r.op == n.dst.op && (r.accepts)(&n, None))
+        .map(|r| r.name)
+        .collect()
 }
 
 /// The device address of a tensor's first byte (launchers only).

@@ -87,14 +87,7 @@ unsafe fn launch(ctx: &LaunchCtx<'_>, node: &Node<'_>, _next: Option<&Node<'_>>)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tandem_graph::{Graph, GraphBuilder, TensorId};
-
-    fn node(g: &Graph, id: TensorId) -> Node<'_> {
-        Node {
-            dst: g.tensor(id),
-            srcs: g.srcs(id),
-        }
-    }
+    use tandem_graph::GraphBuilder;
 
     #[test]
     fn accepts_rows_that_fit_shared_memory() {
@@ -106,21 +99,21 @@ mod tests {
         let long = b.new_tensor(ElemType::F32, &[4097]);
         let too_long = b.argsort(long, SortOrder::Asc);
         let g = b.build();
-        let (s, d) = sort_shape(&node(&g, asc)).unwrap();
+        let (s, d) = sort_shape(&Node::of(&g, asc)).unwrap();
         assert!(!d);
         assert_eq!(s.nbd, [4, 16384, 32768, 32768]);
-        let (s, d) = sort_shape(&node(&g, desc)).unwrap();
+        let (s, d) = sort_shape(&Node::of(&g, desc)).unwrap();
         assert!(d);
         assert_eq!(s.ne, [2, 4096, 1, 1]);
         assert_eq!(s.nbs[0], 16384);
-        assert!(!accepts(&node(&g, too_long), None));
+        assert!(!accepts(&Node::of(&g, too_long), None));
 
         let mut g2 = g.clone();
         g2.tensor_mut(asc).set_param_i32(0, 2);
-        assert!(!accepts(&node(&g2, asc), None));
+        assert!(!accepts(&Node::of(&g2, asc), None));
         let mut g3 = g;
         g3.tensor_mut(asc).ty = ElemType::I64;
-        assert!(!accepts(&node(&g3, asc), None));
+        assert!(!accepts(&Node::of(&g3, asc), None));
     }
 
     #[test]

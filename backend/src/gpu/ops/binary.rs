@@ -404,23 +404,11 @@ unsafe fn launch_add_id_node(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gpu::registry::accepting;
     use tandem_graph::{GluOp, Graph, GraphBuilder, TensorId, UnaryOp};
 
-    fn node(g: &Graph, id: TensorId) -> Node<'_> {
-        Node {
-            dst: g.tensor(id),
-            srcs: g.srcs(id),
-        }
-    }
-
-    /// The names of the registrations of `op` accepting node `id`.
     fn chosen(g: &Graph, id: TensorId) -> Vec<&'static str> {
-        let n = node(g, id);
-        REGISTRATIONS
-            .iter()
-            .filter(|r| r.op == n.dst.op && (r.accepts)(&n, None))
-            .map(|r| r.name)
-            .collect()
+        accepting(REGISTRATIONS, g, id)
     }
 
     #[test]
@@ -502,7 +490,7 @@ mod tests {
         let n = g.mul(a, b).unwrap();
         let g = g.build();
         assert_eq!(chosen(&g, n), vec!["hip.mul_f32"]);
-        let nd = node(&g, n);
+        let nd = Node::of(&g, n);
         let s = binary_shape(nd.src(0).unwrap(), nd.src(1).unwrap(), nd.dst);
         assert_eq!(s.ne, [32, 5, 3, 1]);
         assert_eq!(s.ne1, [32, 1, 3, 1]);
@@ -520,7 +508,7 @@ mod tests {
                 let n = g.glu(a, op, swapped).unwrap();
                 let g = g.build();
                 assert_eq!(chosen(&g, n), vec!["hip.glu_f32"]);
-                let p = glu_plan(&node(&g, n)).unwrap();
+                let p = glu_plan(&Node::of(&g, n)).unwrap();
                 let half = 37 * 4;
                 assert_eq!((p.x_off, p.g_off), if swapped { (half, 0) } else { (0, half) });
                 assert_eq!(p.shape.ne, [37, 5, 3, 1]);
@@ -540,7 +528,7 @@ mod tests {
         let n = g.glu_split(x, y, GluOp::Swiglu).unwrap();
         let g = g.build();
         assert_eq!(chosen(&g, n), vec!["hip.glu_half"]);
-        let p = glu_plan(&node(&g, n)).unwrap();
+        let p = glu_plan(&Node::of(&g, n)).unwrap();
         assert_eq!((p.x_off, p.g_off), (0, 0));
         assert_eq!(p.shape.nb0, [2, 256, 1024, 2048]);
 
@@ -606,7 +594,7 @@ mod tests {
         let n = g.add_id(a, b, ids).unwrap();
         let g = g.build();
         assert_eq!(chosen(&g, n), vec!["hip.add_id_f32"]);
-        let (s, _) = add_id_shape(&node(&g, n)).unwrap();
+        let (s, _) = add_id_shape(&Node::of(&g, n)).unwrap();
         assert_eq!(s.ne, [67, 4, 3, 1]);
         assert_eq!(s.nba, [4, 268, 1072, 3216]);
         assert_eq!((s.nbb0, s.nbb1, s.nbi0, s.nbi1, s.rows_b), (4, 268, 4, 16, 8));

@@ -253,13 +253,6 @@ mod tests {
         ElemType::IQ4NL,
     ];
 
-    fn node(g: &Graph, id: TensorId) -> Node<'_> {
-        Node {
-            dst: g.tensor(id),
-            srcs: g.srcs(id),
-        }
-    }
-
     /// GET_ROWS of a `[ne0, 10, 2, 3]` table with `[4, 2, 3]` indices.
     fn gather(ty: ElemType, ne0: i64) -> (Graph, TensorId) {
         let mut g = GraphBuilder::new();
@@ -271,7 +264,7 @@ mod tests {
 
     /// The registrations that accept `id`.
     fn accepted_by(g: &Graph, id: TensorId) -> Vec<&'static str> {
-        let n = node(g, id);
+        let n = Node::of(g, id);
         REGISTRATIONS
             .iter()
             .filter(|r| r.op == n.dst.op && (r.accepts)(&n, None))
@@ -300,8 +293,8 @@ mod tests {
         // Wrong dst type, and a fused next node.
         let (mut g, d) = gather(ElemType::F32, 8);
         assert!(!accepts_get_rows::<{ ElemType::F32 as u32 }>(
-            &node(&g, d),
-            Some(&node(&g, d))
+            &Node::of(&g, d),
+            Some(&Node::of(&g, d))
         ));
         g.tensor_mut(d).ty = ElemType::F16;
         assert!(accepted_by(&g, d).is_empty());

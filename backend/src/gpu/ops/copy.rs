@@ -208,6 +208,7 @@ pub const REGISTRATIONS: &[Registration] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gpu::registry::accepting;
     use tandem_graph::{Graph, GraphBuilder, TensorId};
 
     const FLOATS: [ElemType; 3] = [ElemType::F32, ElemType::F16, ElemType::BF16];
@@ -220,15 +221,7 @@ mod tests {
     ];
 
     fn accepted_by(g: &Graph, id: TensorId) -> Vec<&'static str> {
-        let n = Node {
-            dst: g.tensor(id),
-            srcs: g.srcs(id),
-        };
-        REGISTRATIONS
-            .iter()
-            .filter(|r| r.op == n.dst.op && (r.accepts)(&n, None))
-            .map(|r| r.name)
-            .collect()
+        accepting(REGISTRATIONS, g, id)
     }
 
     /// `cpy(src, dst)` with src of shape `ne` stored as `layout` says (0 plain, 1 permuted,

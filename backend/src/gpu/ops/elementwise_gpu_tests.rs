@@ -96,10 +96,7 @@ fn run_case(k: &Kernels, ctx: &Arc<Context>, regs: &[&'static Registration], bui
     let dbase = buf.ptr().0 as usize;
     let mut dg = g.clone();
     place(&mut dg, dbase);
-    let node = Node {
-        dst: dg.tensor(out),
-        srcs: dg.srcs(out),
-    };
+    let node = Node::of(&dg, out);
     let reg = regs
         .iter()
         .find(|r| r.op == node.dst.op && (r.accepts)(&node, None))

@@ -213,6 +213,7 @@ mod tests {
         GEMM_FAMILY, GEMV_FAMILY, GEMV_FUSED_ACT_BYTES,
     };
     use super::*;
+    use crate::gpu::registry::accepting;
     use tandem_graph::{Graph, GraphBuilder, TensorId};
 
     /// Every weight type the CPU matmul takes, which the GPU registrations cover too.
@@ -226,17 +227,8 @@ mod tests {
         }
     }
 
-    /// The registrations (by name) that accept node `id` of `g`.
     fn chosen(g: &Graph, id: TensorId) -> Vec<&'static str> {
-        let node = Node {
-            dst: g.tensor(id),
-            srcs: g.srcs(id),
-        };
-        REGISTRATIONS
-            .iter()
-            .filter(|r| r.op == node.dst.op && (r.accepts)(&node, None))
-            .map(|r| r.name)
-            .collect()
+        accepting(REGISTRATIONS, g, id)
     }
 
     fn mul_mat(ty: ElemType, k: i64, m: i64, n: i64, batch: [i64; 2], bcast: [i64; 2]) -> (Graph, TensorId) {

@@ -183,22 +183,11 @@ unsafe fn launch_rope(ctx: &LaunchCtx<'_>, node: &Node<'_>, _next: Option<&Node<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gpu::registry::accepting;
     use tandem_graph::{Graph, GraphBuilder, TensorId};
 
-    fn node(g: &Graph, id: TensorId) -> Node<'_> {
-        Node {
-            dst: g.tensor(id),
-            srcs: g.srcs(id),
-        }
-    }
-
     fn chosen(g: &Graph, id: TensorId) -> Vec<&'static str> {
-        let n = node(g, id);
-        REGISTRATIONS
-            .iter()
-            .filter(|r| (r.accepts)(&n, None))
-            .map(|r| r.name)
-            .collect()
+        accepting(REGISTRATIONS, g, id)
     }
 
     fn case(ty: ElemType, head_dim: i64, p: RopeParams, ff: bool) -> (Graph, TensorId) {
@@ -217,7 +206,7 @@ mod tests {
                 for ff in [false, true] {
                     let (g, d) = case(ty, 80, RopeParams::llama(32, neox), ff);
                     assert_eq!(chosen(&g, d), vec![want]);
-                    let s = rope_shape(&node(&g, d), ty).unwrap();
+                    let s = rope_shape(&Node::of(&g, d), ty).unwrap();
                     let es = ty.type_size() as i64;
                     assert_eq!(s.ne, [80, 3, 5, 1]);
                     assert_eq!(s.nbs, [es, 80 * es, 240 * es, 1200 * es]);
@@ -246,7 +235,7 @@ mod tests {
             ..RopeParams::llama(128, true)
         };
         let (g, d) = case(ElemType::F32, 128, p, false);
-        let s = rope_shape(&node(&g, d), ElemType::F32).unwrap();
+        let s = rope_shape(&Node::of(&g, d), ElemType::F32).unwrap();
         // ggml's ggml_rope_yarn_corr_dims for n_ctx_orig 4096, base 5e5, 128 dims: 20 and 46
         // after floor/ceil (computed by hand from its formula).
         let dim = |r: f64| 128.0 * (4096.0 / (r * 2.0 * std::f64::consts::PI)).ln() / (2.0 * 500000f64.ln());
@@ -285,7 +274,7 @@ mod tests {
         b.tensors[d.index()].set_param_i32(1, 8);
         b.tensors[d.index()].set_param_i32(N_OFFS_PARAM, 4);
         assert_eq!(chosen(&b, d), vec!["hip.rope_f32"]);
-        let s = rope_shape(&node(&b, d), ElemType::F32).unwrap();
+        let s = rope_shape(&Node::of(&b, d), ElemType::F32).unwrap();
         assert_eq!((s.n_dims, s.n_offs), (8, 4));
     }
 

@@ -283,14 +283,7 @@ unsafe fn launch_sum_rows(ctx: &LaunchCtx<'_>, node: &Node<'_>, _next: Option<&N
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tandem_graph::{Graph, GraphBuilder, TensorId};
-
-    fn node(g: &Graph, id: TensorId) -> Node<'_> {
-        Node {
-            dst: g.tensor(id),
-            srcs: g.srcs(id),
-        }
-    }
+    use tandem_graph::GraphBuilder;
 
     #[test]
     fn plain_norms_accept_f32_rows_and_decline_the_rest() {
@@ -305,12 +298,12 @@ mod tests {
         let bad = b.norm(a, -1.0);
         let g = b.build();
         for id in [r, n, rt] {
-            assert!(accepts_norm(&node(&g, id), None), "{:?}", g.tensor(id).op);
+            assert!(accepts_norm(&Node::of(&g, id), None), "{:?}", g.tensor(id).op);
         }
-        assert!(!accepts_norm(&node(&g, rh), None));
-        assert!(!accepts_norm(&node(&g, bad), None));
+        assert!(!accepts_norm(&Node::of(&g, rh), None));
+        assert!(!accepts_norm(&Node::of(&g, bad), None));
         // A norm is not offered to the fused registration without a MUL.
-        assert!(!accepts_norm_mul(&node(&g, r), None));
+        assert!(!accepts_norm_mul(&Node::of(&g, r), None));
 
         let shape = norm_shape(g.tensor(a), g.tensor(r), None).unwrap();
         assert_eq!(shape.ne, [4096, 3, 2, 1]);
@@ -327,13 +320,13 @@ mod tests {
         let r = b.rms_norm(a, 1e-6);
         let mut g = b.build();
         g.tensor_mut(a).nb[1] = 258;
-        assert!(!accepts_norm(&node(&g, r), None));
+        assert!(!accepts_norm(&Node::of(&g, r), None));
         g.tensor_mut(a).nb[1] = 256;
         // In place with the source's layout is fine; with another layout it is not.
         g.tensor_mut(r).view_src = Some(a);
-        assert!(accepts_norm(&node(&g, r), None));
+        assert!(accepts_norm(&Node::of(&g, r), None));
         g.tensor_mut(r).nb = [4, 512, 2048, 2048];
-        assert!(!accepts_norm(&node(&g, r), None));
+        assert!(!accepts_norm(&Node::of(&g, r), None));
     }
 
     #[test]
@@ -353,19 +346,19 @@ mod tests {
         let wh = b.new_tensor(ElemType::F16, &[256]);
         let mh = b.mul(r, wh).unwrap();
         let g = b.build();
-        let nr = node(&g, r);
+        let nr = Node::of(&g, r);
         for m in [m0, m1, m2] {
-            assert!(accepts_norm_mul(&nr, Some(&node(&g, m))), "mul {m:?}");
+            assert!(accepts_norm_mul(&nr, Some(&Node::of(&g, m))), "mul {m:?}");
         }
-        let other = fused_other(&nr, &node(&g, m1)).unwrap();
+        let other = fused_other(&nr, &Node::of(&g, m1)).unwrap();
         assert_eq!(other.ne, [256, 5, 2, 1]);
-        assert!(!accepts_norm_mul(&nr, Some(&node(&g, sq))), "x*x");
+        assert!(!accepts_norm_mul(&nr, Some(&Node::of(&g, sq))), "x*x");
         assert!(
-            !accepts_norm_mul(&nr, Some(&node(&g, other_mul))),
+            !accepts_norm_mul(&nr, Some(&Node::of(&g, other_mul))),
             "MUL of another node"
         );
-        assert!(!accepts_norm_mul(&nr, Some(&node(&g, mh))), "f16 weight");
-        assert!(accepts_norm_mul(&node(&g, n), Some(&node(&g, other_mul))));
+        assert!(!accepts_norm_mul(&nr, Some(&Node::of(&g, mh))), "f16 weight");
+        assert!(accepts_norm_mul(&Node::of(&g, n), Some(&Node::of(&g, other_mul))));
 
         let s = norm_shape(g.tensor(x), g.tensor(m2), Some(g.tensor(odd))).unwrap();
         assert_eq!(s.new, [128, 5, 1, 1]);
@@ -381,7 +374,7 @@ mod tests {
         let r = b.rms_norm(x, 1e-6);
         let m = b.mul(big, r).unwrap();
         let g = b.build();
-        assert!(!accepts_norm_mul(&node(&g, r), Some(&node(&g, m))));
+        assert!(!accepts_norm_mul(&Node::of(&g, r), Some(&Node::of(&g, m))));
     }
 
     #[test]
@@ -394,10 +387,10 @@ mod tests {
         let h = b.new_tensor(ElemType::F16, &[33, 4]);
         let sh = b.sum_rows(h);
         let g = b.build();
-        assert!(accepts_sum_rows(&node(&g, s), None));
-        assert!(accepts_sum_rows(&node(&g, st), None));
-        assert!(!accepts_sum_rows(&node(&g, sh), None));
-        let shape = sum_rows_shape(&node(&g, s)).unwrap();
+        assert!(accepts_sum_rows(&Node::of(&g, s), None));
+        assert!(accepts_sum_rows(&Node::of(&g, st), None));
+        assert!(!accepts_sum_rows(&Node::of(&g, sh), None));
+        let shape = sum_rows_shape(&Node::of(&g, s)).unwrap();
         assert_eq!(shape.nbd, [4, 4, 16, 48]);
 
         assert_eq!(row_block(1), 64);

@@ -274,15 +274,8 @@ mod tests {
         ElemType::IQ4NL,
     ];
 
-    fn node(g: &Graph, id: TensorId) -> Node<'_> {
-        Node {
-            dst: g.tensor(id),
-            srcs: g.srcs(id),
-        }
-    }
-
     fn accepted_by(g: &Graph, id: TensorId) -> Vec<&'static str> {
-        let n = node(g, id);
+        let n = Node::of(g, id);
         REGISTRATIONS
             .iter()
             .filter(|r| r.op == n.dst.op && (r.accepts)(&n, None))
@@ -365,8 +358,8 @@ mod tests {
         let f32_ok = accepts_set_rows::<{ ElemType::F32 as u32 }>;
         // A fused next node.
         let (g, d) = harness_case(ElemType::F32, ElemType::I64, 64, 5, [1, 1], [1, 1]);
-        assert!(f32_ok(&node(&g, d), None));
-        assert!(!f32_ok(&node(&g, d), Some(&node(&g, d))));
+        assert!(f32_ok(&Node::of(&g, d), None));
+        assert!(!f32_ok(&Node::of(&g, d), Some(&Node::of(&g, d))));
         // f16 source rows.
         let mut b = GraphBuilder::new();
         let dst = b.new_tensor(ElemType::F16, &[64, 16]);

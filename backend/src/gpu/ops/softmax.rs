@@ -157,14 +157,7 @@ unsafe fn launch(ctx: &LaunchCtx<'_>, node: &Node<'_>, _next: Option<&Node<'_>>)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tandem_graph::{Graph, GraphBuilder, TensorId};
-
-    fn node(g: &Graph, id: TensorId) -> Node<'_> {
-        Node {
-            dst: g.tensor(id),
-            srcs: g.srcs(id),
-        }
-    }
+    use tandem_graph::GraphBuilder;
 
     #[test]
     fn masks_sinks_and_alibi_fill_the_shape() {
@@ -175,7 +168,7 @@ mod tests {
         let d = b.soft_max(a, Some(m), Some(s), 0.125, 8.0).unwrap();
         let plain = b.soft_max(a, None, None, 1.0, 0.0).unwrap();
         let g = b.build();
-        let sh = soft_max_shape(&node(&g, d)).unwrap();
+        let sh = soft_max_shape(&Node::of(&g, d)).unwrap();
         assert_eq!((sh.mask_type, sh.has_sinks, sh.cached), (2, 1, 1));
         assert_eq!(sh.nem, [67, 8, 1, 1]);
         assert_eq!(sh.nbm, [2, 134, 1072, 1072]);
@@ -185,7 +178,7 @@ mod tests {
         assert_eq!(sh.n_head_log2, 8);
         assert_eq!((sh.m0, sh.m1), (0.5, 2f32.powf(-0.5)));
         assert_eq!(shared_bytes(&sh), 67 * 4);
-        let p = soft_max_shape(&node(&g, plain)).unwrap();
+        let p = soft_max_shape(&Node::of(&g, plain)).unwrap();
         assert_eq!((p.mask_type, p.has_sinks, p.n_head_log2), (0, 0, 0));
     }
 
@@ -201,28 +194,28 @@ mod tests {
         let ok = b.soft_max(x, Some(m), None, 1.0, 0.0).unwrap();
         let mut g0 = b.build();
         g0.tensor_mut(bm).ty = ElemType::BF16;
-        let sh = soft_max_shape(&node(&g0, long)).unwrap();
+        let sh = soft_max_shape(&Node::of(&g0, long)).unwrap();
         assert_eq!((sh.cached, shared_bytes(&sh)), (0, 0));
         assert_eq!(row_launch(sh.ne, row_block(sh.ne[0]), 0).block, [1024, 1, 1]);
-        assert!(!accepts(&node(&g0, bf), None));
-        assert!(accepts(&node(&g0, ok), None));
+        assert!(!accepts(&Node::of(&g0, bf), None));
+        assert!(accepts(&Node::of(&g0, ok), None));
 
         let mut g = g0.clone();
         g.tensor_mut(m).ne[2] = 4; // no longer divides the 6 heads
-        assert!(!accepts(&node(&g, ok), None));
+        assert!(!accepts(&Node::of(&g, ok), None));
         let mut g = g0.clone();
         g.tensor_mut(m).ne[1] = 3; // fewer mask rows than src rows
-        assert!(!accepts(&node(&g, ok), None));
+        assert!(!accepts(&Node::of(&g, ok), None));
         let mut g = g0.clone();
         g.tensor_mut(ok).src[1] = None;
         g.tensor_mut(ok).set_param_f32(1, 2.0); // ALiBi without a mask
-        assert!(!accepts(&node(&g, ok), None));
+        assert!(!accepts(&Node::of(&g, ok), None));
         let mut g = g0.clone();
         g.tensor_mut(ok).set_param_f32(0, f32::INFINITY);
-        assert!(!accepts(&node(&g, ok), None));
+        assert!(!accepts(&Node::of(&g, ok), None));
         let mut g = g0;
         g.tensor_mut(m).nb[1] = 66; // rows not 4-byte aligned
-        assert!(!accepts(&node(&g, ok), None));
+        assert!(!accepts(&Node::of(&g, ok), None));
     }
 
     #[test]
