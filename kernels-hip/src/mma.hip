@@ -10,16 +10,18 @@
 // the integer sum from one m16n8k32 mma, the rest in f32: the CPU's block dot products up to
 // the f32 summation order.
 //
-// Launch layout: block = 256 threads (eight 32-lane warps), one 128 x 64 (rows x columns)
-// output tile per block: grid.x over columns (n), grid.y over weight rows (m), grid.z over
-// batches. Per step of 128 along k, each thread unpacks two (row, group) pairs of weights and
-// copies one (column, group) pair of activations into shared memory (rows padded to 144 bytes:
-// the fragment loads hit 32 distinct banks); each warp then computes a 32 x 32 part of the tile
-// with 2 x 4 mma tiles per group.
+// Launch layouts. Weights in single 32-value blocks (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl): block
+// = 128 threads, one 64 x 64 (rows x columns) output tile per block, k steps of 128 values
+// copied to shared memory with cp.async one step ahead of the mma work; see "integer path,
+// 32-value blocks" below. q4_K and q5_K: block = 256 threads (eight warps), one 128 x 64 tile;
+// per step of 128 along k each thread unpacks two (row, group) pairs of weights and copies one
+// (column, group) pair of activations into shared memory (rows padded to 144 bytes), then each
+// warp computes a 32 x 32 part of the tile with 2 x 4 mma tiles per group. Grids: x over
+// columns (n), y over weight rows (m), z over batches (experts for MUL_MAT_ID).
 //
-// f16 path: the same tiling with k steps of 64; weights are copied as they are, activations
-// come from an f16 copy of src1 (tandem_mma_f16_copy: rounded to f16, which is what the CPU's
-// f16 dot products see), m16n8k16 mma with f32 accumulation.
+// f16 path: 128 x 64 tiles, k steps of 32 with three in flight (cp.async); weights are copied
+// as they are, activations come from an f16 copy of src1 (tandem_mma_f16_copy: rounded to f16,
+// which is what the CPU's f16 dot products see), m16n8k16 mma with f32 accumulation.
 #include "tandem_hip.h"
 #include "tandem_quant.h"
 
@@ -65,95 +67,15 @@ TANDEM_DEVICE u32 tandem_mma_spread4(u32 bits) {
     return ((bits & 1u) << 4) | ((bits & 2u) << 11) | ((bits & 4u) << 18) | ((bits & 8u) << 25);
 }
 
-struct tandem_mmw_q4_0 {
-    static constexpr int QK = 32, BYTES = 18;
-    static constexpr bool MIN = false;
-    static __device__ __forceinline__ void unpack(const u8* b, int, u32* q, float& d, float& m) {
-        for (int j = 0; j < 4; ++j) {
-            const u32 v = tandem_mma_ld32(b + 2 + 4 * j);
-            q[j] = tandem_mma_unbias(v & 0x0F0F0F0Fu, 0x08080808u);
-            q[4 + j] = tandem_mma_unbias((v >> 4) & 0x0F0F0F0Fu, 0x08080808u);
-        }
-        d = tandem_mma_half(b);
-        m = 0.0f;
-    }
-};
-
-struct tandem_mmw_q4_1 {
-    static constexpr int QK = 32, BYTES = 20;
-    static constexpr bool MIN = true;
-    static __device__ __forceinline__ void unpack(const u8* b, int, u32* q, float& d, float& m) {
-        for (int j = 0; j < 4; ++j) {
-            const u32 v = tandem_mma_ld32(b + 4 + 4 * j);
-            q[j] = v & 0x0F0F0F0Fu;
-            q[4 + j] = (v >> 4) & 0x0F0F0F0Fu;
-        }
-        d = tandem_mma_half(b);
-        m = tandem_mma_half(b + 2);
-    }
-};
-
-struct tandem_mmw_q5_0 {
-    static constexpr int QK = 32, BYTES = 22;
-    static constexpr bool MIN = false;
-    static __device__ __forceinline__ void unpack(const u8* b, int, u32* q, float& d, float& m) {
-        const u32 qh = tandem_mma_ld32(b + 2);
-        for (int j = 0; j < 4; ++j) {
-            const u32 v = tandem_mma_ld32(b + 6 + 4 * j);
-            q[j] = tandem_mma_unbias((v & 0x0F0F0F0Fu) | tandem_mma_spread4(qh >> (4 * j)), 0x10101010u);
-            q[4 + j] = tandem_mma_unbias(((v >> 4) & 0x0F0F0F0Fu) | tandem_mma_spread4(qh >> (16 + 4 * j)), 0x10101010u);
-        }
-        d = tandem_mma_half(b);
-        m = 0.0f;
-    }
-};
-
-struct tandem_mmw_q5_1 {
-    static constexpr int QK = 32, BYTES = 24;
-    static constexpr bool MIN = true;
-    static __device__ __forceinline__ void unpack(const u8* b, int, u32* q, float& d, float& m) {
-        const u32 qh = tandem_mma_ld32(b + 4);
-        for (int j = 0; j < 4; ++j) {
-            const u32 v = tandem_mma_ld32(b + 8 + 4 * j);
-            q[j] = (v & 0x0F0F0F0Fu) | tandem_mma_spread4(qh >> (4 * j));
-            q[4 + j] = ((v >> 4) & 0x0F0F0F0Fu) | tandem_mma_spread4(qh >> (16 + 4 * j));
-        }
-        d = tandem_mma_half(b);
-        m = tandem_mma_half(b + 2);
-    }
-};
-
-struct tandem_mmw_q8_0 {
-    static constexpr int QK = 32, BYTES = 34;
-    static constexpr bool MIN = false;
-    static __device__ __forceinline__ void unpack(const u8* b, int, u32* q, float& d, float& m) {
-        for (int j = 0; j < 8; ++j) q[j] = tandem_mma_ld32(b + 2 + 4 * j);
-        d = tandem_mma_half(b);
-        m = 0.0f;
-    }
-};
-
 __constant__ i8 tandem_mma_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                                1,    13,   25,  38,  53,  69,  89,  113};
 
-struct tandem_mmw_iq4_nl {
-    static constexpr int QK = 32, BYTES = 18;
-    static constexpr bool MIN = false;
-    static __device__ __forceinline__ u32 lookup4(u32 x) {
-        u32 r = 0;
-        for (int i = 0; i < 4; ++i) r |= (u32)(u8)tandem_mma_iq4nl_values[(x >> (8 * i)) & 15u] << (8 * i);
-        return r;
-    }
-    static __device__ __forceinline__ void unpack(const u8* b, int, u32* q, float& d, float& m) {
-        for (int j = 0; j < 4; ++j) {
-            const u32 v = tandem_mma_ld32(b + 2 + 4 * j);
-            q[j] = lookup4(v);
-            q[4 + j] = lookup4(v >> 4);
-        }
-        d = tandem_mma_half(b);
-        m = 0.0f;
-    }
-};
+// Four 4-bit indices (one in each byte's low nibble) looked up in the iq4_nl table.
+TANDEM_DEVICE u32 tandem_mma_iq4nl4(u32 x) {
+    u32 r = 0;
+    for (int i = 0; i < 4; ++i) r |= (u32)(u8)tandem_mma_iq4nl_values[(x >> (8 * i)) & 15u] << (8 * i);
+    return r;
+}
 
 // 6-bit scale and min j (0..7) of q4_K / q5_K.
 TANDEM_DEVICE void tandem_mma_scale_min_k4(const u8* s, int j, int& sc, int& mn) {
@@ -239,7 +161,8 @@ struct tandem_mma_dense_cols {
     __device__ char* out(int c) const { return col0 + c < n ? dst + (col0 + c) * nb1 : nullptr; }
 };
 
-// ---------------------------------------------------------------- integer path
+// ---------------------------------------------------------------- integer path, superblocks
+// q4_K and q5_K (unpack() above): 128 x 64 tiles, 256 threads, one k step of 128 at a time.
 
 // Shared memory of one integer tile.
 struct tandem_mma_qsmem {
@@ -480,13 +403,436 @@ TANDEM_DEVICE void tandem_mmid_mma(const char* w, const char* aq, const char* ad
     }
 }
 
-// ---------------------------------------------------------------- f16 path
+// ---------------------------------------------------------------- pipelined copies
+// Global-to-shared copies that do not wait (cp.async, sm_80+), so a tile's next k step is in
+// flight while the current one is multiplied. `bytes` (0..size) are copied and the rest of the
+// `size` bytes zero-filled; `src` must be `size`-aligned (and valid even when bytes is 0).
+// Elsewhere (the kernels are never picked there) plain copies keep the code compiling.
 
+TANDEM_DEVICE u32 tandem_smem_addr(const void* p) {
+#if defined(TANDEM_MMA_ENABLED)
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+#else
+    return (u32)(u64)p;
+#endif
+}
+TANDEM_DEVICE void tandem_cp8(void* dst, const void* src, int bytes) {
+#if defined(TANDEM_MMA_ENABLED)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(tandem_smem_addr(dst)), "l"(src), "r"(bytes));
+#else
+    for (int i = 0; i < 8; ++i) ((u8*)dst)[i] = i < bytes ? ((const u8*)src)[i] : 0;
+#endif
+}
+TANDEM_DEVICE void tandem_cp16(void* dst, const void* src, int bytes) {
+#if defined(TANDEM_MMA_ENABLED)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(tandem_smem_addr(dst)), "l"(src), "r"(bytes));
+#else
+    for (int i = 0; i < 16; ++i) ((u8*)dst)[i] = i < bytes ? ((const u8*)src)[i] : 0;
+#endif
+}
+TANDEM_DEVICE void tandem_cp_commit() {
+#if defined(TANDEM_MMA_ENABLED)
+    asm volatile("cp.async.commit_group;");
+#endif
+}
+// Waits until at most N committed groups of this thread are still in flight.
+template <int N>
+TANDEM_DEVICE void tandem_cp_wait() {
+#if defined(TANDEM_MMA_ENABLED)
+    asm volatile("cp.async.wait_group %0;" ::"n"(N));
+#endif
+}
+
+// Four 8x8 matrices of 16-bit elements (rows of 16 bytes in shared memory, row addresses from
+// lanes 0-7, 8-15, 16-23, 24-31): thread t gets row t / 4, bytes 4 (t % 4) .. of each.
+TANDEM_DEVICE void tandem_ldsm4(u32 (&r)[4], const u8* p) {
+#if defined(TANDEM_MMA_ENABLED)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(tandem_smem_addr(p)));
+#else
+    r[0] = r[1] = r[2] = r[3] = 0;
+#endif
+}
+
+// ---------------------------------------------------------------- integer path, 32-value blocks
+// Weights whose blocks are single 32-value groups (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl). Block
+// = 128 threads (four warps), output tile 64 x 64; per k step of 128 values the raw weight blocks
+// of the 64 rows (row r at r * PAD, zero past m and k), the 64 columns' int8 activations (rows of
+// 144 bytes) and their (d, d * sum) pairs go to shared memory with cp.async, two steps in flight.
+// Warp w takes rows 16 w .. 16 w + 16 against all 64 columns: per group it unpacks its A
+// fragments straight from the raw blocks (frag(): values 4 c .. 4 c + 3 and 16 + 4 c .. of the
+// group, c = lane % 4), loads B fragments with ldmatrix, and does eight m16n8k32 mma. The mma
+// starts from 0x4B400000 so its int32 sum, read as f32, is 12582912 + sum exactly.
+
+#define TANDEM_MMQ_THREADS 128
+#define TANDEM_MMQ_BM 64
+#define TANDEM_MMQ_BN 64
+#define TANDEM_MMQ_KG 4
+#define TANDEM_MMQ_BROW (TANDEM_MMQ_KG * 32 + 16)
+
+// Shared rows of one k step's raw weight blocks: KG blocks, padded to an odd number of 16-byte
+// units so the eight rows a fragment load touches start in distinct bank quads.
+template <typename T>
+struct tandem_mmq_raw {
+    static constexpr int BYTES = TANDEM_MMQ_KG * T::BYTES;
+    static constexpr int PAD = (((BYTES + 15) / 16) | 1) * 16;
+};
+
+template <typename T>
+struct tandem_mmq_smem {
+    u8 w[2][TANDEM_MMQ_BM * tandem_mmq_raw<T>::PAD];
+    u8 a[2][TANDEM_MMQ_BN * TANDEM_MMQ_BROW];
+    float2 ds[2][TANDEM_MMQ_KG][TANDEM_MMQ_BN];
+};
+
+TANDEM_DEVICE u32 tandem_mma_lo4(u32 v) { return v & 0x0F0F0F0Fu; }
+TANDEM_DEVICE u32 tandem_mma_hi4(u32 v) { return (v >> 4) & 0x0F0F0F0Fu; }
+
+// frag(b, c, lo, hi, d, m): values 4c .. 4c + 3 (lo) and 16 + 4c .. 16 + 4c + 3 (hi) of the
+// block at b as signed bytes; its weights are d * q + m.
+struct tandem_mmf_q4_0 {
+    static constexpr int BYTES = 18;
+    static constexpr bool MIN = false;
+    static __device__ __forceinline__ void frag(const u8* b, int c, u32& lo, u32& hi, float& d, float& m) {
+        const u32 v = tandem_mma_ld32(b + 2 + 4 * c);
+        lo = tandem_mma_unbias(tandem_mma_lo4(v), 0x08080808u);
+        hi = tandem_mma_unbias(tandem_mma_hi4(v), 0x08080808u);
+        d = tandem_mma_half(b);
+        m = 0.0f;
+    }
+};
+struct tandem_mmf_q4_1 {
+    static constexpr int BYTES = 20;
+    static constexpr bool MIN = true;
+    static __device__ __forceinline__ void frag(const u8* b, int c, u32& lo, u32& hi, float& d, float& m) {
+        const u32 v = *(const u32*)(b + 4 + 4 * c);
+        lo = tandem_mma_lo4(v);
+        hi = tandem_mma_hi4(v);
+        d = tandem_mma_half(b);
+        m = tandem_mma_half(b + 2);
+    }
+};
+struct tandem_mmf_q5_0 {
+    static constexpr int BYTES = 22;
+    static constexpr bool MIN = false;
+    static __device__ __forceinline__ void frag(const u8* b, int c, u32& lo, u32& hi, float& d, float& m) {
+        const u32 qh = tandem_mma_ld32(b + 2);
+        const u32 v = tandem_mma_ld32(b + 6 + 4 * c);
+        lo = tandem_mma_unbias(tandem_mma_lo4(v) | tandem_mma_spread4(qh >> (4 * c)), 0x10101010u);
+        hi = tandem_mma_unbias(tandem_mma_hi4(v) | tandem_mma_spread4(qh >> (16 + 4 * c)), 0x10101010u);
+        d = tandem_mma_half(b);
+        m = 0.0f;
+    }
+};
+struct tandem_mmf_q5_1 {
+    static constexpr int BYTES = 24;
+    static constexpr bool MIN = true;
+    static __device__ __forceinline__ void frag(const u8* b, int c, u32& lo, u32& hi, float& d, float& m) {
+        const u32 qh = *(const u32*)(b + 4);
+        const u32 v = *(const u32*)(b + 8 + 4 * c);
+        lo = tandem_mma_lo4(v) | tandem_mma_spread4(qh >> (4 * c));
+        hi = tandem_mma_hi4(v) | tandem_mma_spread4(qh >> (16 + 4 * c));
+        d = tandem_mma_half(b);
+        m = tandem_mma_half(b + 2);
+    }
+};
+struct tandem_mmf_q8_0 {
+    static constexpr int BYTES = 34;
+    static constexpr bool MIN = false;
+    static __device__ __forceinline__ void frag(const u8* b, int c, u32& lo, u32& hi, float& d, float& m) {
+        lo = tandem_mma_ld32(b + 2 + 4 * c);
+        hi = tandem_mma_ld32(b + 18 + 4 * c);
+        d = tandem_mma_half(b);
+        m = 0.0f;
+    }
+};
+struct tandem_mmf_iq4_nl {
+    static constexpr int BYTES = 18;
+    static constexpr bool MIN = false;
+    static __device__ __forceinline__ void frag(const u8* b, int c, u32& lo, u32& hi, float& d, float& m) {
+        const u32 v = tandem_mma_ld32(b + 2 + 4 * c);
+        lo = tandem_mma_iq4nl4(v);
+        hi = tandem_mma_iq4nl4(v >> 4);
+        d = tandem_mma_half(b);
+        m = 0.0f;
+    }
+};
+
+// A thread's share of a tile's copies: thread t copies half (t % 2) of weight row t / 2's raw
+// blocks (8-byte units), of activation column t / 2's int8 values (four 16-byte units) and of
+// its scale pairs (two). The pointers are at the current k step and advance by one step at a
+// time; rows past m and columns the map lacks copy nothing (zero-filled), from valid addresses.
+template <typename T>
+struct tandem_mmq_plan {
+    static constexpr int UNITS = tandem_mmq_raw<T>::BYTES / 8;  // per weight row
+    static constexpr int UH = (UNITS + 1) / 2;                    // per thread
+    static constexpr int UN = UNITS - (UNITS + 1) / 2;            // for the second thread of a row
+    const u8* w;
+    const char* a;
+    const char* d;
+    int wn, an;        // bytes per weight / activation unit copied (8 or 0, 16 or 0)
+    int units;         // this thread's weight units (UH or UN)
+    u32 wdst, adst, ddst;  // their shared offsets within a stage buffer
+};
+
+template <typename T, typename C>
+TANDEM_DEVICE tandem_mmq_plan<T> tandem_mmq_make_plan(const u8* wb, i64 nb01, i64 m, i64 k, i64 row0,
+                                                     const char* aq, const char* ads, const C& cols) {
+    constexpr int RP = tandem_mmq_raw<T>::PAD;
+    tandem_mmq_plan<T> p;
+    const int r = threadIdx.x / 2, half = threadIdx.x % 2;
+    const int wu0 = half * tandem_mmq_plan<T>::UH;
+    p.units = half == 0 ? tandem_mmq_plan<T>::UH : tandem_mmq_plan<T>::UN;
+    const i64 row = row0 + r;
+    p.wn = row < m ? 8 : 0;
+    p.w = row < m ? wb + row * nb01 + 8 * wu0 : wb;
+    const i64 col = cols.act(r);
+    p.an = col >= 0 ? 16 : 0;
+    p.a = col >= 0 ? aq + col * k + 64 * half : aq;
+    p.d = col >= 0 ? ads + (col * (k / 32) + 2 * half) * 8 : ads;
+    p.wdst = (u32)(r * RP + 8 * wu0);
+    p.adst = (u32)(r * TANDEM_MMQ_BROW + 64 * half);
+    p.ddst = (u32)((2 * half * TANDEM_MMQ_BN + r) * 8);
+    return p;
+}
+
+// Queues the plan's current k step into buffer `buf` and advances the plan. `ng`: groups of
+// the step inside k (KG but at the end); `al`: weight rows 8-byte aligned (else plain 2-byte
+// copies).
+template <typename T>
+TANDEM_DEVICE void tandem_mmq_stage(tandem_mmq_smem<T>& sm, int buf, tandem_mmq_plan<T>& p, int ng, bool al) {
+    u8* wdst = sm.w[buf] + p.wdst;
+    u8* adst = sm.a[buf] + p.adst;
+    u8* ddst = (u8*)&sm.ds[buf][0][0] + p.ddst;
+    if (ng == TANDEM_MMQ_KG && al) {
+#pragma unroll
+        for (int j = 0; j < tandem_mmq_plan<T>::UH; ++j) {
+            if (j < p.units) tandem_cp8(wdst + 8 * j, p.w + 8 * j, p.wn);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) tandem_cp16(adst + 16 * j, p.a + 16 * j, p.an);
+#pragma unroll
+        for (int j = 0; j < 2; ++j) tandem_cp8(ddst + j * TANDEM_MMQ_BN * 8, p.d + 8 * j, p.an / 2);
+    } else {
+        // The last, partial step, or unaligned weight rows: bytes past the step's groups are zero.
+        const int half = threadIdx.x % 2;
+        const int valid = ng * T::BYTES - 8 * (half * tandem_mmq_plan<T>::UH);
+        for (int j = 0; j < p.units; ++j) {
+            int n = p.wn != 0 ? valid - 8 * j : 0;
+            n = n < 0 ? 0 : (n > 8 ? 8 : n);
+            const u8* src = p.w + 8 * j;
+            if (al) {
+                tandem_cp8(wdst + 8 * j, n > 0 ? src : p.w, n);
+            } else {
+                for (int i = 0; i < 8; i += 2) *(u16*)(wdst + 8 * j + i) = i < n ? *(const u16*)(src + i) : (u16)0;
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const bool in = 2 * half + j / 2 < ng;
+            tandem_cp16(adst + 16 * j, in ? p.a + 16 * j : p.a, in ? p.an : 0);
+        }
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            const bool in = 2 * half + j < ng;
+            tandem_cp8(ddst + j * TANDEM_MMQ_BN * 8, in ? p.d + 8 * j : p.d, in ? p.an / 2 : 0);
+        }
+    }
+    p.w += p.wn != 0 ? TANDEM_MMQ_KG * T::BYTES : 0;
+    p.a += p.an != 0 ? TANDEM_MMQ_KG * 32 : 0;
+    p.d += p.an != 0 ? TANDEM_MMQ_KG * 8 : 0;
+}
+
+// One 64 x 64 output tile: weight rows row0 .. row0 + 64 (row r at wb + r * nb01, m rows, k
+// values) against the 64 q8_1 columns the map gives.
+template <typename T, typename C>
+TANDEM_DEVICE void tandem_mmq_tile(tandem_mmq_smem<T>& sm, const u8* wb, i64 nb01, i64 m, i64 k, i64 row0,
+                                   const char* aq, const char* ads, const C& cols) {
+    constexpr int RP = tandem_mmq_raw<T>::PAD;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int qr = lane / 4, qc = lane % 4;
+    const bool al = (((u64)wb | (u64)nb01) & 7u) == 0;
+    const i64 steps = (k / 32 + TANDEM_MMQ_KG - 1) / TANDEM_MMQ_KG;
+    float acc[8][4];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
+
+    const i64 groups = k / 32;
+    tandem_mmq_plan<T> plan = tandem_mmq_make_plan<T>(wb, nb01, m, k, row0, aq, ads, cols);
+    auto ng = [&](i64 g0) { return (int)(groups - g0 < TANDEM_MMQ_KG ? groups - g0 : TANDEM_MMQ_KG); };
+    tandem_mmq_stage<T>(sm, 0, plan, ng(0), al);
+    tandem_cp_commit();
+    for (i64 st = 0; st < steps; ++st) {
+        const int buf = (int)(st & 1);
+        if (st + 1 < steps) tandem_mmq_stage<T>(sm, buf ^ 1, plan, ng((st + 1) * TANDEM_MMQ_KG), al);
+        tandem_cp_commit();
+        tandem_cp_wait<1>();
+        __syncthreads();
+#if defined(TANDEM_MMA_ENABLED)
+        const u8* wrow = sm.w[buf] + (16 * warp + qr) * RP;
+        // ldmatrix rows of this lane: column 16 np + (lane % 8) + 8 (lane / 16), byte 16 (lane / 8 % 2).
+        const u8* arow = sm.a[buf] + ((lane % 8) + 8 * (lane / 16)) * TANDEM_MMQ_BROW + 16 * ((lane / 8) % 2);
+#pragma unroll
+        for (int gi = 0; gi < TANDEM_MMQ_KG; ++gi) {
+            u32 fa[4];
+            float d0, d1, m0, m1;
+            T::frag(wrow + gi * T::BYTES, qc, fa[0], fa[2], d0, m0);
+            T::frag(wrow + 8 * RP + gi * T::BYTES, qc, fa[1], fa[3], d1, m1);
+#pragma unroll
+            for (int np = 0; np < 4; ++np) {
+                u32 fb[4];
+                tandem_ldsm4(fb, arow + 16 * np * TANDEM_MMQ_BROW + 32 * gi);
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int nt = 2 * np + h;
+                    const float4 sc = *(const float4*)&sm.ds[buf][gi][8 * nt + 2 * qc];
+                    int ci[4];
+                    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                        "{%8, %9}, {%10, %10, %10, %10};"
+                        : "=r"(ci[0]), "=r"(ci[1]), "=r"(ci[2]), "=r"(ci[3])
+                        : "r"(fa[0]), "r"(fa[1]), "r"(fa[2]), "r"(fa[3]), "r"(fb[2 * h]), "r"(fb[2 * h + 1]),
+                          "r"(0x4B400000));
+                    float* a = acc[nt];
+                    a[0] = fmaf(d0 * sc.x, __int_as_float(ci[0]) - 12582912.0f, a[0]);
+                    a[1] = fmaf(d0 * sc.z, __int_as_float(ci[1]) - 12582912.0f, a[1]);
+                    a[2] = fmaf(d1 * sc.x, __int_as_float(ci[2]) - 12582912.0f, a[2]);
+                    a[3] = fmaf(d1 * sc.z, __int_as_float(ci[3]) - 12582912.0f, a[3]);
+                    if (T::MIN) {
+                        a[0] = fmaf(m0, sc.y, a[0]);
+                        a[1] = fmaf(m0, sc.w, a[1]);
+                        a[2] = fmaf(m1, sc.y, a[2]);
+                        a[3] = fmaf(m1, sc.w, a[3]);
+                    }
+                }
+            }
+        }
+#else
+        // Built for a device without these instructions: never picked there; NaN if it were.
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[nt][e] = __int_as_float(0x7fc00000);
+#endif
+        __syncthreads();  // buffer `buf` is refilled by the next step's copies
+    }
+    const i64 r = row0 + 16 * warp + qr;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const i64 row = r + (e >= 2 ? 8 : 0);
+            char* o = cols.out(8 * nt + 2 * qc + (e & 1));
+            if (row < m && o != nullptr) *(float*)(o + row * 4) = acc[nt][e];
+        }
+    }
+}
+
+// MUL_MAT, 32-value blocks: block (column tile, row tile, batch).
+template <typename T>
+TANDEM_DEVICE void tandem_mmq_quant(const char* w, const char* aq, const char* ads, char* dst,
+                                    const tandem_mm_shape& s) {
+    __shared__ __align__(16) tandem_mmq_smem<T> sm;
+    const i64 b = blockIdx.z;
+    if (b >= s.ne12 * s.ne13) return;
+    const i64 i12 = b % s.ne12, i13 = b / s.ne12;
+    const u8* wb = (const u8*)w + (i12 / s.r2) * s.nb02 + (i13 / s.r3) * s.nb03;
+    tandem_mma_dense_cols cols;
+    cols.first = b * s.n;
+    cols.col0 = (i64)blockIdx.x * TANDEM_MMQ_BN;
+    cols.n = s.n;
+    cols.nb1 = s.nb1;
+    cols.dst = dst + i12 * s.nb2 + i13 * s.nb3;
+    tandem_mmq_tile<T>(sm, wb, s.nb01, s.m, s.k, (i64)blockIdx.y * TANDEM_MMQ_BM, aq, ads, cols);
+}
+
+// MUL_MAT_ID grouped by expert, 32-value blocks: block (column tile, row tile, expert).
+template <typename T>
+TANDEM_DEVICE void tandem_mmid_mmq(const char* w, const char* aq, const char* ads, const i32* counts,
+                                   const i32* lists, char* dst, const tandem_mmid_shape& s) {
+    __shared__ __align__(16) tandem_mmq_smem<T> sm;
+    const i64 e = blockIdx.z;
+    if (e >= s.n_expert) return;
+    const int count = counts[e];
+    const u8* wb = (const u8*)w + e * s.nb02;
+    for (int j0 = blockIdx.x * TANDEM_MMQ_BN; j0 < count; j0 += gridDim.x * TANDEM_MMQ_BN) {
+        tandem_mma_routed_cols cols;
+        cols.list = lists + e * s.n_used * s.n_tokens + j0;
+        cols.count = count - j0;
+        cols.n_used = s.n_used;
+        cols.n_b = s.n_b;
+        cols.nb1 = s.nb1;
+        cols.nb2 = s.nb2;
+        cols.dst = dst;
+        tandem_mmq_tile<T>(sm, wb, s.nb01, s.m, s.k, (i64)blockIdx.y * TANDEM_MMQ_BM, aq, ads, cols);
+    }
+}
+
+// ---------------------------------------------------------------- f16 path
 // f16 weights x the f16 copy of the activations (column c of batch b at xh + (b * n + c) * k
-// halves); k steps of 64 (128 bytes per padded row).
+// halves). Block = 256 threads (eight warps, 4 x 2, each 32 x 32 of the 128 x 64 tile); k steps
+// of 32 values, three in flight through cp.async (rows of 80 bytes: ldmatrix rows hit distinct
+// bank quads), fragments loaded with ldmatrix, m16n8k16 mma with f32 accumulation. Rows that
+// are not 16-byte aligned (or k not a multiple of 8) are copied with plain loads instead.
+
+#define TANDEM_MMH_BK 32
+#define TANDEM_MMH_ROW (TANDEM_MMH_BK * 2 + 16)
+#define TANDEM_MMH_STAGES 3
+
+struct tandem_mmh_smem {
+    u8 a[TANDEM_MMH_STAGES][TANDEM_MMA_BM * TANDEM_MMH_ROW];
+    u8 b[TANDEM_MMH_STAGES][TANDEM_MMA_BN * TANDEM_MMH_ROW];
+};
+
+// Eight halves of a row from k0 (zero past k), plain loads.
+TANDEM_DEVICE uint4 tandem_mmh_piece(const u16* src, i64 k0, i64 k) {
+    u32 e[4] = {0, 0, 0, 0};
+    for (int i = 0; i < 8; ++i) {
+        if (k0 + i < k) e[i / 2] |= (u32)src[i] << (16 * (i & 1));
+    }
+    return make_uint4(e[0], e[1], e[2], e[3]);
+}
+
+// Queues the k step at k0 into stage `buf`. Thread t copies two 16-byte pieces of weight row
+// t / 2 (at wrow, null past m) and one of activation column t / 4 (at xcol, null past n);
+// pieces past k are zero. With `al` false, plain loads.
+TANDEM_DEVICE void tandem_mmh_stage(tandem_mmh_smem& sm, int buf, const u8* wrow, const u16* xcol, i64 k, i64 k0,
+                                    bool al, const u8* wb, const u16* xb) {
+    static_assert(TANDEM_MMA_BM * 2 == TANDEM_MMA_THREADS && TANDEM_MMA_BN * 4 == TANDEM_MMA_THREADS &&
+                      TANDEM_MMH_BK == 32,
+                  "one weight row per two threads, one column per four");
+    const int t = threadIdx.x;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+        const int v = 2 * (t % 2) + j;
+        const i64 kk = k0 + 8 * v;
+        const bool in = wrow != nullptr && kk < k;
+        const u8* src = in ? wrow + kk * 2 : wb;
+        u8* dst = sm.a[buf] + (t / 2) * TANDEM_MMH_ROW + 16 * v;
+        if (al) {
+            tandem_cp16(dst, src, in ? 16 : 0);
+        } else {
+            *(uint4*)dst = in ? tandem_mmh_piece((const u16*)src, kk, k) : make_uint4(0, 0, 0, 0);
+        }
+    }
+    const int v = t % 4;
+    const i64 kk = k0 + 8 * v;
+    const bool in = xcol != nullptr && kk < k;
+    const u16* src = in ? xcol + kk : xb;
+    u8* dst = sm.b[buf] + (t / 4) * TANDEM_MMH_ROW + 16 * v;
+    if (al) {
+        tandem_cp16(dst, src, in ? 16 : 0);
+    } else {
+        *(uint4*)dst = in ? tandem_mmh_piece(src, kk, k) : make_uint4(0, 0, 0, 0);
+    }
+}
+
 TANDEM_DEVICE void tandem_mma_f16_tile(const char* w, const u16* xh, char* dst, const tandem_mm_shape& s) {
-    __shared__ __align__(16) u8 sa[TANDEM_MMA_BM * TANDEM_MMA_ROW];
-    __shared__ __align__(16) u8 sb[TANDEM_MMA_BN * TANDEM_MMA_ROW];
+    __shared__ __align__(16) tandem_mmh_smem sm;
     const i64 b = blockIdx.z;
     if (b >= s.ne12 * s.ne13) return;
     const i64 i12 = b % s.ne12, i13 = b / s.ne12;
@@ -494,7 +840,7 @@ TANDEM_DEVICE void tandem_mma_f16_tile(const char* w, const u16* xh, char* dst, 
     const u8* wb = (const u8*)w + (i12 / s.r2) * s.nb02 + (i13 / s.r3) * s.nb03;
     const u16* xb = xh + b * s.n * s.k;
     char* out = dst + i12 * s.nb2 + i13 * s.nb3;
-    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int wm = warp / 2, wn = warp % 2;
     float acc[2][4][4];
 #pragma unroll
@@ -503,77 +849,50 @@ TANDEM_DEVICE void tandem_mma_f16_tile(const char* w, const u16* xh, char* dst, 
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
-    // Rows are 16-byte aligned when the bases and strides are (else 2-byte steps).
-    const bool wal = (((u64)wb | (u64)s.nb01) & 15u) == 0;
-    const bool xal = (((u64)xb) & 15u) == 0 && s.k % 8 == 0;
-    for (i64 k0 = 0; k0 < s.k; k0 += 64) {
-        // Weights: 128 rows x 64 values = 1024 pieces of 8 values; four per thread.
+    // 16-byte pieces when every row starts 16-byte aligned and k is whole pieces.
+    const bool al = (((u64)wb | (u64)s.nb01 | (u64)xb) & 15u) == 0 && s.k % 8 == 0;
+    const i64 steps = (s.k + TANDEM_MMH_BK - 1) / TANDEM_MMH_BK;
+    const i64 myrow = row0 + threadIdx.x / 2, mycol = col0 + threadIdx.x / 4;
+    const u8* wrow = myrow < s.m ? wb + myrow * s.nb01 : nullptr;
+    const u16* xcol = mycol < s.n ? xb + mycol * s.k : nullptr;
 #pragma unroll
-        for (int h = 0; h < TANDEM_MMA_BM * 8 / TANDEM_MMA_THREADS; ++h) {
-            const int p = tid + h * TANDEM_MMA_THREADS;
-            const int r = p / 8, v = p % 8;
-            const i64 row = row0 + r, kk = k0 + 8 * v;
-            uint4 x = make_uint4(0, 0, 0, 0);
-            if (row < s.m) {
-                const u8* src = wb + row * s.nb01 + kk * 2;
-                if (wal && kk + 8 <= s.k) {
-                    x = *(const uint4*)src;
-                } else {
-                    u32 e[4] = {0, 0, 0, 0};
-                    for (int i = 0; i < 8; ++i) {
-                        if (kk + i < s.k) e[i / 2] |= (u32)((const u16*)src)[i] << (16 * (i & 1));
-                    }
-                    x = make_uint4(e[0], e[1], e[2], e[3]);
-                }
-            }
-            *(uint4*)(sa + r * TANDEM_MMA_ROW + 16 * v) = x;
+    for (int st = 0; st < TANDEM_MMH_STAGES - 1; ++st) {
+        if (st < steps) tandem_mmh_stage(sm, st, wrow, xcol, s.k, st * TANDEM_MMH_BK, al, wb, xb);
+        tandem_cp_commit();
+    }
+    // ldmatrix rows of this lane: A row (lane % 8) + 8 (lane / 8 % 2), byte 16 (lane / 16);
+    // B column (lane % 8) + 8 (lane / 16), byte 16 (lane / 8 % 2).
+    const int ar = (lane % 8) + 8 * ((lane / 8) % 2), ab = 16 * (lane / 16);
+    const int bc = (lane % 8) + 8 * (lane / 16), bb = 16 * ((lane / 8) % 2);
+    for (i64 st = 0; st < steps; ++st) {
+        const int buf = (int)(st % TANDEM_MMH_STAGES);
+        tandem_cp_wait<TANDEM_MMH_STAGES - 2>();
+        __syncthreads();  // step st is in; every warp is past step st - 1, whose stage is refilled next
+        const i64 next = st + TANDEM_MMH_STAGES - 1;
+        if (next < steps) {
+            tandem_mmh_stage(sm, (int)(next % TANDEM_MMH_STAGES), wrow, xcol, s.k, next * TANDEM_MMH_BK, al, wb, xb);
         }
-        // Activations: 64 columns x 64 values, two pieces of 8 per thread.
-#pragma unroll
-        for (int h = 0; h < TANDEM_MMA_BN * 8 / TANDEM_MMA_THREADS; ++h) {
-            const int p = tid + h * TANDEM_MMA_THREADS;
-            const int c = p / 8, v = p % 8;
-            const i64 col = col0 + c, kk = k0 + 8 * v;
-            uint4 x = make_uint4(0, 0, 0, 0);
-            if (col < s.n) {
-                const u16* src = xb + col * s.k + kk;
-                if (xal && kk + 8 <= s.k) {
-                    x = *(const uint4*)src;
-                } else {
-                    u32 e[4] = {0, 0, 0, 0};
-                    for (int i = 0; i < 8; ++i) {
-                        if (kk + i < s.k) e[i / 2] |= (u32)src[i] << (16 * (i & 1));
-                    }
-                    x = make_uint4(e[0], e[1], e[2], e[3]);
-                }
-            }
-            *(uint4*)(sb + c * TANDEM_MMA_ROW + 16 * v) = x;
-        }
-        __syncthreads();
+        tandem_cp_commit();
 #if defined(TANDEM_MMA_ENABLED)
-        const int qr = lane / 4, qc = lane % 4;
+        const u8* sa = sm.a[buf] + (wm * 32 + ar) * TANDEM_MMH_ROW + ab;
+        const u8* sb = sm.b[buf] + (wn * 32 + bc) * TANDEM_MMH_ROW + bb;
 #pragma unroll
-        for (int ks = 0; ks < 4; ++ks) {  // four k16 slices of the 64
-            u32 fa[2][4];
+        for (int ks = 0; ks < TANDEM_MMH_BK / 16; ++ks) {
+            u32 fa[2][4], fb[2][4];
 #pragma unroll
-            for (int mt = 0; mt < 2; ++mt) {
-                const u8* p = sa + (wm * 32 + mt * 16 + qr) * TANDEM_MMA_ROW + ks * 32 + 4 * qc;
-                fa[mt][0] = *(const u32*)p;
-                fa[mt][1] = *(const u32*)(p + 8 * TANDEM_MMA_ROW);
-                fa[mt][2] = *(const u32*)(p + 16);
-                fa[mt][3] = *(const u32*)(p + 8 * TANDEM_MMA_ROW + 16);
-            }
+            for (int mt = 0; mt < 2; ++mt) tandem_ldsm4(fa[mt], sa + mt * 16 * TANDEM_MMH_ROW + 32 * ks);
+#pragma unroll
+            for (int np = 0; np < 2; ++np) tandem_ldsm4(fb[np], sb + np * 16 * TANDEM_MMH_ROW + 32 * ks);
 #pragma unroll
             for (int nt = 0; nt < 4; ++nt) {
-                const u8* p = sb + (wn * 32 + nt * 8 + qr) * TANDEM_MMA_ROW + ks * 32 + 4 * qc;
-                const u32 fb0 = *(const u32*)p, fb1 = *(const u32*)(p + 16);
+                const u32 b0 = fb[nt / 2][2 * (nt % 2)], b1 = fb[nt / 2][2 * (nt % 2) + 1];
 #pragma unroll
                 for (int mt = 0; mt < 2; ++mt) {
                     float* a = acc[mt][nt];
                     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
                         "{%8, %9}, {%0, %1, %2, %3};"
                         : "+f"(a[0]), "+f"(a[1]), "+f"(a[2]), "+f"(a[3])
-                        : "r"(fa[mt][0]), "r"(fa[mt][1]), "r"(fa[mt][2]), "r"(fa[mt][3]), "r"(fb0), "r"(fb1));
+                        : "r"(fa[mt][0]), "r"(fa[mt][1]), "r"(fa[mt][2]), "r"(fa[mt][3]), "r"(b0), "r"(b1));
                 }
             }
         }
@@ -585,8 +904,8 @@ TANDEM_DEVICE void tandem_mma_f16_tile(const char* w, const u16* xh, char* dst, 
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[mt][nt][e] = __int_as_float(0x7fc00000);
 #endif
-        __syncthreads();
     }
+    tandem_cp_wait<0>();
     tandem_mma_dense_cols cols;
     cols.first = 0;
     cols.col0 = col0;
@@ -597,35 +916,36 @@ TANDEM_DEVICE void tandem_mma_f16_tile(const char* w, const u16* xh, char* dst, 
 }
 
 #define TANDEM_MMA_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_MMA_THREADS, 2)
+#define TANDEM_MMQ_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_MMQ_THREADS, 4)
 #define TANDEM_MMA_ARGS_Q const char *w, const char *aq, const char *ads, char *dst, tandem_mm_shape s
-
-TANDEM_MMA_KERNEL tandem_mma_q4_0(TANDEM_MMA_ARGS_Q) { tandem_mma_quant<tandem_mmw_q4_0>(w, aq, ads, dst, s); }
-TANDEM_MMA_KERNEL tandem_mma_q4_1(TANDEM_MMA_ARGS_Q) { tandem_mma_quant<tandem_mmw_q4_1>(w, aq, ads, dst, s); }
-TANDEM_MMA_KERNEL tandem_mma_q5_0(TANDEM_MMA_ARGS_Q) { tandem_mma_quant<tandem_mmw_q5_0>(w, aq, ads, dst, s); }
-TANDEM_MMA_KERNEL tandem_mma_q5_1(TANDEM_MMA_ARGS_Q) { tandem_mma_quant<tandem_mmw_q5_1>(w, aq, ads, dst, s); }
-TANDEM_MMA_KERNEL tandem_mma_q8_0(TANDEM_MMA_ARGS_Q) { tandem_mma_quant<tandem_mmw_q8_0>(w, aq, ads, dst, s); }
-TANDEM_MMA_KERNEL tandem_mma_iq4_nl(TANDEM_MMA_ARGS_Q) { tandem_mma_quant<tandem_mmw_iq4_nl>(w, aq, ads, dst, s); }
-TANDEM_MMA_KERNEL tandem_mma_q4_K(TANDEM_MMA_ARGS_Q) { tandem_mma_quant<tandem_mmw_q4_K>(w, aq, ads, dst, s); }
-TANDEM_MMA_KERNEL tandem_mma_q5_K(TANDEM_MMA_ARGS_Q) { tandem_mma_quant<tandem_mmw_q5_K>(w, aq, ads, dst, s); }
 #define TANDEM_MMID_ARGS const char *w, const char *aq, const char *ads, const i32 *counts, const i32 *lists, \
                          char *dst, tandem_mmid_shape s
-TANDEM_MMA_KERNEL tandem_mmid_mma_q4_0(TANDEM_MMID_ARGS) {
-    tandem_mmid_mma<tandem_mmw_q4_0>(w, aq, ads, counts, lists, dst, s);
+
+TANDEM_MMQ_KERNEL tandem_mma_q4_0(TANDEM_MMA_ARGS_Q) { tandem_mmq_quant<tandem_mmf_q4_0>(w, aq, ads, dst, s); }
+TANDEM_MMQ_KERNEL tandem_mma_q4_1(TANDEM_MMA_ARGS_Q) { tandem_mmq_quant<tandem_mmf_q4_1>(w, aq, ads, dst, s); }
+TANDEM_MMQ_KERNEL tandem_mma_q5_0(TANDEM_MMA_ARGS_Q) { tandem_mmq_quant<tandem_mmf_q5_0>(w, aq, ads, dst, s); }
+TANDEM_MMQ_KERNEL tandem_mma_q5_1(TANDEM_MMA_ARGS_Q) { tandem_mmq_quant<tandem_mmf_q5_1>(w, aq, ads, dst, s); }
+TANDEM_MMQ_KERNEL tandem_mma_q8_0(TANDEM_MMA_ARGS_Q) { tandem_mmq_quant<tandem_mmf_q8_0>(w, aq, ads, dst, s); }
+TANDEM_MMQ_KERNEL tandem_mma_iq4_nl(TANDEM_MMA_ARGS_Q) { tandem_mmq_quant<tandem_mmf_iq4_nl>(w, aq, ads, dst, s); }
+TANDEM_MMA_KERNEL tandem_mma_q4_K(TANDEM_MMA_ARGS_Q) { tandem_mma_quant<tandem_mmw_q4_K>(w, aq, ads, dst, s); }
+TANDEM_MMA_KERNEL tandem_mma_q5_K(TANDEM_MMA_ARGS_Q) { tandem_mma_quant<tandem_mmw_q5_K>(w, aq, ads, dst, s); }
+TANDEM_MMQ_KERNEL tandem_mmid_mma_q4_0(TANDEM_MMID_ARGS) {
+    tandem_mmid_mmq<tandem_mmf_q4_0>(w, aq, ads, counts, lists, dst, s);
 }
-TANDEM_MMA_KERNEL tandem_mmid_mma_q4_1(TANDEM_MMID_ARGS) {
-    tandem_mmid_mma<tandem_mmw_q4_1>(w, aq, ads, counts, lists, dst, s);
+TANDEM_MMQ_KERNEL tandem_mmid_mma_q4_1(TANDEM_MMID_ARGS) {
+    tandem_mmid_mmq<tandem_mmf_q4_1>(w, aq, ads, counts, lists, dst, s);
 }
-TANDEM_MMA_KERNEL tandem_mmid_mma_q5_0(TANDEM_MMID_ARGS) {
-    tandem_mmid_mma<tandem_mmw_q5_0>(w, aq, ads, counts, lists, dst, s);
+TANDEM_MMQ_KERNEL tandem_mmid_mma_q5_0(TANDEM_MMID_ARGS) {
+    tandem_mmid_mmq<tandem_mmf_q5_0>(w, aq, ads, counts, lists, dst, s);
 }
-TANDEM_MMA_KERNEL tandem_mmid_mma_q5_1(TANDEM_MMID_ARGS) {
-    tandem_mmid_mma<tandem_mmw_q5_1>(w, aq, ads, counts, lists, dst, s);
+TANDEM_MMQ_KERNEL tandem_mmid_mma_q5_1(TANDEM_MMID_ARGS) {
+    tandem_mmid_mmq<tandem_mmf_q5_1>(w, aq, ads, counts, lists, dst, s);
 }
-TANDEM_MMA_KERNEL tandem_mmid_mma_q8_0(TANDEM_MMID_ARGS) {
-    tandem_mmid_mma<tandem_mmw_q8_0>(w, aq, ads, counts, lists, dst, s);
+TANDEM_MMQ_KERNEL tandem_mmid_mma_q8_0(TANDEM_MMID_ARGS) {
+    tandem_mmid_mmq<tandem_mmf_q8_0>(w, aq, ads, counts, lists, dst, s);
 }
-TANDEM_MMA_KERNEL tandem_mmid_mma_iq4_nl(TANDEM_MMID_ARGS) {
-    tandem_mmid_mma<tandem_mmw_iq4_nl>(w, aq, ads, counts, lists, dst, s);
+TANDEM_MMQ_KERNEL tandem_mmid_mma_iq4_nl(TANDEM_MMID_ARGS) {
+    tandem_mmid_mmq<tandem_mmf_iq4_nl>(w, aq, ads, counts, lists, dst, s);
 }
 TANDEM_MMA_KERNEL tandem_mmid_mma_q4_K(TANDEM_MMID_ARGS) {
     tandem_mmid_mma<tandem_mmw_q4_K>(w, aq, ads, counts, lists, dst, s);

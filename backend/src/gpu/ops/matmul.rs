@@ -209,8 +209,8 @@ pub const REGISTRATIONS: &[Registration] = registrations! {
 mod tests {
     use super::super::matmul_launch::{
         entries, gemm_config, gemv_act_bytes, gemv_config, gemv_fuses_quantize, gemv_shared_bytes, gemv_waves, has_mma,
-        mma_config, mma_entry, mmid_grouped_bytes, mmid_mma_config, mmid_mma_entry, quantize_config, rows_per_wave,
-        GEMM_FAMILY, GEMV_FAMILY, GEMV_FUSED_ACT_BYTES,
+        mma_config, mma_entry, mma_tile, mmid_grouped_bytes, mmid_mma_config, mmid_mma_entry, quantize_config,
+        rows_per_wave, GEMM_FAMILY, GEMV_FAMILY, GEMV_FUSED_ACT_BYTES,
     };
     use super::*;
     use crate::gpu::registry::accepting;
@@ -416,9 +416,11 @@ mod tests {
         };
         // Counts plus one list of every slot per expert.
         assert_eq!(mmid_grouped_bytes(&s), Some((128 + 128 * 4096) * 4));
-        let c = mmid_mma_config(&s);
+        // 32-value block types: 64 x 64 tiles, four warps; the superblock types 128 x 64, eight.
+        let c = mmid_mma_config(ElemType::Q4_0, &s);
+        assert_eq!((c.grid, c.block), ([8, 12, 128], [128, 1, 1]));
+        let c = mmid_mma_config(ElemType::Q4K, &s);
         assert_eq!((c.grid, c.block), ([8, 6, 128], [256, 1, 1]));
-        // The tensor-core MUL_MAT: 128 x 64 tiles.
         let mm = MulMatShape {
             k: 4096,
             m: 14336,
@@ -427,8 +429,16 @@ mod tests {
             ne13: 1,
             ..Default::default()
         };
-        let c = mma_config(&mm);
+        let c = mma_config(ElemType::F16, &mm);
         assert_eq!((c.grid, c.block), ([8, 112, 1], [256, 1, 1]));
+        let c = mma_config(ElemType::Q8_0, &mm);
+        assert_eq!((c.grid, c.block), ([8, 224, 1], [128, 1, 1]));
+        for ty in TYPES {
+            if mma_entry(ty).is_some() {
+                let (threads, tm, tn) = mma_tile(ty);
+                assert!(threads as i64 * 4 <= tm * tn && tm % 16 == 0 && tn % 16 == 0, "{ty}");
+            }
+        }
         // Decode-sized batches and huge expert counts keep the GEMV form.
         assert_eq!(mmid_grouped_bytes(&MulMatIdShape { n_tokens: 8, ..s }), None);
         assert_eq!(mmid_grouped_bytes(&MulMatIdShape { n_expert: 4097, ..s }), None);
@@ -452,6 +462,7 @@ mod tests {
     fn launch_constants_and_shapes_match_the_kernel_sources() {
         use super::super::matmul_launch::{
             GEMM_THREADS, GEMM_TILE, GEMV_CHUNK, GEMV_THREADS, MMA_THREADS, MMA_TILE_M, MMA_TILE_N, MMID_MAX_EXPERTS,
+            MMQ_THREADS, MMQ_TILE_M, MMQ_TILE_N,
         };
         let src = |family| tandem_kernels_hip::find(family).unwrap().source;
         let (gemv, gemm, mma) = (src("gemv"), src("gemm"), src("mma"));
@@ -464,6 +475,9 @@ mod tests {
             (mma, format!("#define TANDEM_MMA_THREADS {MMA_THREADS}\n")),
             (mma, format!("#define TANDEM_MMA_BM {MMA_TILE_M}\n")),
             (mma, format!("#define TANDEM_MMA_BN {MMA_TILE_N}\n")),
+            (mma, format!("#define TANDEM_MMQ_THREADS {MMQ_THREADS}\n")),
+            (mma, format!("#define TANDEM_MMQ_BM {MMQ_TILE_M}\n")),
+            (mma, format!("#define TANDEM_MMQ_BN {MMQ_TILE_N}\n")),
             (mma, format!("__shared__ i32 cnt[{MMID_MAX_EXPERTS}];")),
         ] {
             assert!(src.contains(&text), "{text}");

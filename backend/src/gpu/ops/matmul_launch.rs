@@ -12,9 +12,11 @@
 //!   weights: block 128, grid (m, batches), one block per row reading 16-byte vectors.
 //! - `tandem_mul_mat_id_<type>`: as the GEMV of its type, grid.y = n_used * n_tokens.
 //! - `tandem_gemm_<type>`: block 256, grid (ceil(n / 64), ceil(m / 64), batches); 64 x 64 tiles.
-//! - `tandem_mma_<type>` (NVIDIA sm_80+, see [`mma_entry`]): block 256, grid (ceil(n / 64),
-//!   ceil(m / 128), batches); int8 mma on the q8_1 copy of src1 for weights in 32-value groups,
-//!   f16 mma on an f16 copy of src1 (`tandem_mma_f16_copy`) for f16 weights.
+//! - `tandem_mma_<type>` (NVIDIA sm_80+, see [`mma_entry`] and [`mma_tile`]): int8 mma on the
+//!   q8_1 copy of src1 for weights in 32-value groups, f16 mma on an f16 copy of src1
+//!   (`tandem_mma_f16_copy`) for f16 weights; grid (ceil(n / tile n), ceil(m / tile m),
+//!   batches). 32-value block types: block 128, 64 x 64 tiles, k steps in flight through
+//!   cp.async; f16, q4_K, q5_K: block 256, 128 x 64 tiles.
 
 use crate::gpu::api::{DevicePtr, LaunchConfig};
 use crate::gpu::kernels::KernelError;
@@ -25,10 +27,15 @@ use tandem_graph::{ElemType, Tensor};
 pub const GEMV_FAMILY: &str = "gemv";
 pub const GEMM_FAMILY: &str = "gemm";
 pub const MMA_FAMILY: &str = "mma";
-/// Threads and output tile (weight rows x columns) of the tensor-core GEMM (`mma.hip`).
+/// Threads and output tile (weight rows x columns) of the tensor-core GEMMs of `mma.hip` for
+/// f16 and the superblock types (q4_K, q5_K).
 pub const MMA_THREADS: u32 = 256;
 pub const MMA_TILE_M: i64 = 128;
 pub const MMA_TILE_N: i64 = 64;
+/// The same for the pipelined int8 GEMM of the 32-value block types (`TANDEM_MMQ_*`).
+pub const MMQ_THREADS: u32 = 128;
+pub const MMQ_TILE_M: i64 = 64;
+pub const MMQ_TILE_N: i64 = 64;
 /// Threads of a quantized-GEMV block (`TANDEM_MV_THREADS` of gemv.hip): eight 32-lane waves
 /// share one quantized copy of the activations.
 pub const GEMV_THREADS: u32 = 256;
@@ -328,8 +335,19 @@ pub fn has_mma(arch: &str) -> bool {
         .is_some_and(|v| v >= 80)
 }
 
-pub fn mma_config(s: &MulMatShape) -> LaunchConfig {
-    tile_grid((s.n, MMA_TILE_N), (s.m, MMA_TILE_M), s.batches(), MMA_THREADS)
+/// Threads and output tile (rows, columns) of the tensor-core kernels for weights of `ty`.
+pub fn mma_tile(ty: ElemType) -> (u32, i64, i64) {
+    match ty {
+        ElemType::Q4_0 | ElemType::Q4_1 | ElemType::Q5_0 | ElemType::Q5_1 | ElemType::Q8_0 | ElemType::IQ4NL => {
+            (MMQ_THREADS, MMQ_TILE_M, MMQ_TILE_N)
+        }
+        _ => (MMA_THREADS, MMA_TILE_M, MMA_TILE_N),
+    }
+}
+
+pub fn mma_config(ty: ElemType, s: &MulMatShape) -> LaunchConfig {
+    let (threads, tm, tn) = mma_tile(ty);
+    tile_grid((s.n, tn), (s.m, tm), s.batches(), threads)
 }
 
 /// Whether weights of `ty` meet q8_1 activations (else f32 activations are read directly).
@@ -602,7 +620,7 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
                 .and_then(|v| v.checked_mul(2))
                 .is_some_and(|b| b <= MAX_SCRATCH as i64)
         };
-        if fits && (s.m + MMA_TILE_M - 1) / MMA_TILE_M <= MAX_GRID_YZ {
+        if fits && (s.m + mma_tile(w.ty).1 - 1) / mma_tile(w.ty).1 <= MAX_GRID_YZ {
             let f = ctx.kernels.function(MMA_FAMILY, entry)?;
             let mut args = KernelArgs::new();
             args.push(dptr(w));
@@ -617,7 +635,7 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
             args.push(dptr(node.dst)).push(s);
             // SAFETY: (w, [aq, ads | xh], dst, tandem_mm_shape); tiles past m, n or k are
             // masked in the kernel; the q8_1 or f16 copy holds every column of every batch.
-            return unsafe { ctx.stream.launch(&f, mma_config(&s), &mut args) }.map_err(KernelError::Gpu);
+            return unsafe { ctx.stream.launch(&f, mma_config(w.ty, &s), &mut args) }.map_err(KernelError::Gpu);
         }
     }
     // Weights whose CPU dot products take q8_0/q8_1 activations meet activations rounded the same
@@ -723,8 +741,9 @@ pub fn mmid_grouped_bytes(s: &MulMatIdShape) -> Option<usize> {
     usize::try_from(lists).ok().filter(|&b| b <= MAX_SCRATCH)
 }
 
-pub fn mmid_mma_config(s: &MulMatIdShape) -> LaunchConfig {
-    tile_grid((s.n_tokens, MMA_TILE_N), (s.m, MMA_TILE_M), s.n_expert, MMA_THREADS)
+pub fn mmid_mma_config(ty: ElemType, s: &MulMatIdShape) -> LaunchConfig {
+    let (threads, tm, tn) = mma_tile(ty);
+    tile_grid((s.n_tokens, tn), (s.m, tm), s.n_expert, threads)
 }
 
 /// MUL_MAT_ID with more than eight tokens on tensor cores: the activations' q8_1 copy, the
@@ -774,5 +793,5 @@ unsafe fn launch_mul_mat_id_grouped(
         .push(*s);
     // SAFETY: (w, aq, ads, counts, lists, dst, tandem_mmid_shape); every listed slot has a valid
     // expert and its q8_1 column exists; rows past m are masked in the kernel.
-    unsafe { ctx.stream.launch(&f, mmid_mma_config(s), &mut args) }.map_err(KernelError::Gpu)
+    unsafe { ctx.stream.launch(&f, mmid_mma_config(w.ty, s), &mut args) }.map_err(KernelError::Gpu)
 }
