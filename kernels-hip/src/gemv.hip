@@ -487,48 +487,63 @@ TANDEM_DEVICE void tandem_mv_finish(float* acc, int ncols, char* out, i64 out_st
 // Groups a lane takes per chunk with 32-lane waves (64-lane waves take half as many).
 #define TANDEM_MV_LANE_GROUPS (TANDEM_MV_GROUPS / 32)
 
-// One wave's walk over its rows row0, row0 + step, ... (nrows of them; row r at wbase + r * nb01)
-// as a sequence of items, one per 2048-weight chunk of a row.
+// A place in a wave's walk: chunk c of the wave's row r (its rows are row0, row0 + step, ...).
+struct tandem_mv_pos {
+    int r, c;
+};
+
+// One wave's walk over its rows (nrows of them; row i at wbase + (row0 + i * step) * nb01) as a
+// sequence of items, one per 2048-weight chunk of a row; positions advance one item at a time.
 template <typename T>
 struct tandem_mv_walk {
     const u8* wbase;
     i64 nb01, row0, step, groups;
-    int nchunks, items;
+    int nchunks, nrows;
     bool al;
 
-    __device__ tandem_mv_walk(const u8* w, i64 nb01_, i64 row0_, i64 step_, int nrows, i64 k, bool al_)
-        : wbase(w), nb01(nb01_), row0(row0_), step(step_), groups(k / 32), al(al_) {
+    __device__ tandem_mv_walk(const u8* w, i64 nb01_, i64 row0_, i64 step_, int nrows_, i64 k, bool al_)
+        : wbase(w), nb01(nb01_), row0(row0_), step(step_), groups(k / 32), nrows(nrows_), al(al_) {
         nchunks = (int)((groups + TANDEM_MV_GROUPS - 1) / TANDEM_MV_GROUPS);
-        items = nrows * nchunks;
     }
-    __device__ i64 row(int it) const { return row0 + (i64)(it / nchunks) * step; }
-    __device__ i64 g0(int it) const { return (i64)(it % nchunks) * TANDEM_MV_GROUPS; }
-    __device__ int ng(int it) const {
-        const i64 left = groups - g0(it);
+    __device__ void next(tandem_mv_pos& p) const {
+        if (++p.c == nchunks) {
+            p.c = 0;
+            ++p.r;
+        }
+    }
+    __device__ bool in(const tandem_mv_pos& p) const { return p.r < nrows; }
+    __device__ bool last(const tandem_mv_pos& p) const { return p.c == nchunks - 1; }
+    __device__ i64 row(const tandem_mv_pos& p) const { return row0 + (i64)p.r * step; }
+    __device__ i64 g0(const tandem_mv_pos& p) const { return (i64)p.c * TANDEM_MV_GROUPS; }
+    __device__ int ng(const tandem_mv_pos& p) const {
+        const i64 left = groups - g0(p);
         return (int)(left < TANDEM_MV_GROUPS ? left : TANDEM_MV_GROUPS);
     }
-    __device__ const u8* src(int it) const { return wbase + row(it) * nb01 + g0(it) / (T::QK / 32) * T::BYTES; }
-    __device__ int bytes(int it) const { return ng(it) / (T::QK / 32) * T::BYTES; }
-    // Issues item it's loads into r (nothing when it is past the end).
-    __device__ void fetch(uint4 (&r)[tandem_mv_chunk<T>::NV], int it, int lane, int ws) const {
-        if (it < items) tandem_mv_fetch<tandem_mv_chunk<T>::NV>(r, src(it), bytes(it), al, lane, ws);
+    __device__ const u8* src(const tandem_mv_pos& p) const {
+        return wbase + row(p) * nb01 + (i64)p.c * tandem_mv_chunk<T>::BYTES;
+    }
+    __device__ int bytes(const tandem_mv_pos& p) const { return ng(p) / (T::QK / 32) * T::BYTES; }
+    // Issues the loads of the item at p into r (nothing when p is past the end).
+    __device__ void fetch(uint4 (&r)[tandem_mv_chunk<T>::NV], const tandem_mv_pos& p, int lane, int ws) const {
+        if (in(p)) tandem_mv_fetch<tandem_mv_chunk<T>::NV>(r, src(p), bytes(p), al, lane, ws);
     }
 };
 
-// Item `it` of the walk: its loads (in r) stored to the wave's `stage`, item it + 2's loads
-// issued into r, the chunk dotted with q8_1 columns col0 .. col0 + ncols at qa/qd (shared or
-// global memory), and at a row's last chunk its sums written to out + row * 4 + j * out_stride.
+// The item at `p`: its loads (in r) stored to the wave's `stage`, the loads of the item at `f`
+// (two ahead) issued into r, the chunk dotted with q8_1 columns col0 .. col0 + ncols at qa/qd
+// (shared memory, or global), and at a row's last chunk its sums written to out + row * 4 +
+// j * out_stride.
 template <typename T, int MAXC>
-TANDEM_DEVICE void tandem_mv_item(const tandem_mv_walk<T>& wk, uint4 (&r)[tandem_mv_chunk<T>::NV], int it,
-                                  float (&acc)[MAXC], u8* stage, i64 k, const i8* qa, const float2* qd, i64 col0,
-                                  int ncols, char* out, i64 out_stride) {
+TANDEM_DEVICE void tandem_mv_item(const tandem_mv_walk<T>& wk, uint4 (&r)[tandem_mv_chunk<T>::NV],
+                                  const tandem_mv_pos& p, const tandem_mv_pos& f, float (&acc)[MAXC], u8* stage, i64 k,
+                                  const i8* qa, const float2* qd, i64 col0, int ncols, char* out, i64 out_stride) {
     constexpr int GPB = T::QK / 32;
     const int lane = threadIdx.x % warpSize, ws = warpSize;
-    const int ng = wk.ng(it);
-    const i64 g0 = wk.g0(it);
-    tandem_mv_put<tandem_mv_chunk<T>::NV>(r, stage, wk.src(it), wk.bytes(it), wk.al, lane, ws);
+    const int ng = wk.ng(p);
+    const i64 g0 = wk.g0(p);
+    tandem_mv_put<tandem_mv_chunk<T>::NV>(r, stage, wk.src(p), wk.bytes(p), wk.al, lane, ws);
     tandem_mv_wave_sync();
-    wk.fetch(r, it + 2, lane, ws);
+    wk.fetch(r, f, lane, ws);
     // This chunk's activations: column j's groups at qa_c + 32 * t, pairs at qd_c + t.
     const i8* qa_c = qa + col0 * k + g0 * 32;
     const float2* qd_c = qd + col0 * wk.groups + g0;
@@ -550,8 +565,8 @@ TANDEM_DEVICE void tandem_mv_item(const tandem_mv_walk<T>& wk, uint4 (&r)[tandem
         }
     }
     tandem_mv_wave_sync();
-    if (it % wk.nchunks == wk.nchunks - 1) {
-        tandem_mv_finish<MAXC>(acc, ncols, out + wk.row(it) * 4, out_stride);
+    if (wk.last(p)) {
+        tandem_mv_finish<MAXC>(acc, ncols, out + wk.row(p) * 4, out_stride);
 #pragma unroll
         for (int j = 0; j < MAXC; ++j) acc[j] = 0.0f;
     }
@@ -566,11 +581,17 @@ TANDEM_DEVICE void tandem_mv_quant_rows(const tandem_mv_walk<T>& wk, uint4 (&ra)
     float acc[MAXC];
 #pragma unroll
     for (int j = 0; j < MAXC; ++j) acc[j] = 0.0f;
-    for (int it = 0; it < wk.items; it += 2) {
-        tandem_mv_item<T, MAXC>(wk, ra, it, acc, stage, k, qa, qd, col0, ncols, out, out_stride);
-        if (it + 1 < wk.items) {
-            tandem_mv_item<T, MAXC>(wk, rb, it + 1, acc, stage, k, qa, qd, col0, ncols, out, out_stride);
-        }
+    tandem_mv_pos p = {0, 0}, f = {0, 0};
+    wk.next(f);
+    wk.next(f);  // f: two items ahead of p
+    while (wk.in(p)) {
+        tandem_mv_item<T, MAXC>(wk, ra, p, f, acc, stage, k, qa, qd, col0, ncols, out, out_stride);
+        wk.next(p);
+        wk.next(f);
+        if (!wk.in(p)) break;
+        tandem_mv_item<T, MAXC>(wk, rb, p, f, acc, stage, k, qa, qd, col0, ncols, out, out_stride);
+        wk.next(p);
+        wk.next(f);
     }
 }
 
@@ -604,20 +625,21 @@ TANDEM_DEVICE void tandem_mv_quant_block(const u8* wbase, i64 nb01, i64 m, i64 k
     const tandem_mv_rows rows = tandem_mv_wave_rows(m);
     const tandem_mv_walk<T> wk(wbase, nb01, rows.row0, rows.step, rows.n, k, (((u64)wbase | (u64)nb01) & 15u) == 0);
     uint4 ra[NV], rb[NV];
-    wk.fetch(ra, 0, lane, ws);
-    wk.fetch(rb, 1, lane, ws);
-    const i8* qa = (const i8*)aq;
-    const float2* qd = (const float2*)ads;
+    tandem_mv_pos p = {0, 0};
+    wk.fetch(ra, p, lane, ws);
+    wk.next(p);
+    wk.fetch(rb, p, lane, ws);
     if (aq == nullptr) {
+        // Separate calls for shared and global columns, so each reads them with its own loads.
         i8* sq = (i8*)(tandem_mv_smem + nw * tandem_mv_chunk<T>::BYTES);
         float2* sd = (float2*)(sq + ncols * k);
         tandem_mv_quantize_block(src1, nb10, nb11, k, ncols, sq, sd);
         __syncthreads();
-        qa = sq;
-        qd = sd;
-        col0 = 0;
+        tandem_mv_quant_rows<T, MAXC>(wk, ra, rb, stage, k, sq, sd, 0, ncols, out, out_stride);
+    } else {
+        tandem_mv_quant_rows<T, MAXC>(wk, ra, rb, stage, k, (const i8*)aq, (const float2*)ads, col0, ncols, out,
+                                      out_stride);
     }
-    tandem_mv_quant_rows<T, MAXC>(wk, ra, rb, stage, k, qa, qd, col0, ncols, out, out_stride);
 }
 
 // Float weights: element i of a row as f32, and V elements from one aligned 16-byte load.
