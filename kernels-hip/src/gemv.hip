@@ -98,6 +98,34 @@ TANDEM_DEVICE float tandem_ld_half(const u8* p) {
     return tandem_f16_to_f32(*(const u16*)p);
 }
 
+// The n words from a 2-byte-aligned shared address `p`, from n + 1 aligned 32-bit loads of the
+// words around them (up to 2 bytes past the last one: the stages are padded): word i holds bytes
+// 4i .. 4i + 3 of p. Fewer loads than two 16-bit halves per word, and no divergence between
+// lanes whose blocks start on different halves of a word.
+template <int N>
+TANDEM_DEVICE void tandem_words_a2(const u8* p, u32 (&v)[N]) {
+    const u32* a = (const u32*)((u64)p & ~(u64)3);
+    const int sh = (int)((u64)p & 2) * 8;
+    u32 w[N + 1];
+#pragma unroll
+    for (int i = 0; i <= N; ++i) w[i] = a[i];
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] = (u32)((((u64)w[i + 1] << 32) | w[i]) >> sh);
+}
+// The f16 at p (2-byte aligned) and the n words after it (bytes 2 + 4i ..), from n + 1
+// aligned loads (up to 2 bytes past the end).
+template <int N>
+TANDEM_DEVICE float tandem_half_words_a2(const u8* p, u32 (&v)[N]) {
+    const u32* a = (const u32*)((u64)p & ~(u64)3);
+    const int sh = (int)((u64)p & 2) * 8;
+    u32 w[N + 1];
+#pragma unroll
+    for (int i = 0; i <= N; ++i) w[i] = a[i];
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] = (u32)((((u64)w[i + 1] << 32) | w[i]) >> (16 + sh));
+    return tandem_f16_to_f32((u16)(w[0] >> sh));
+}
+
 // Byte i of the result holds bit i of `bits` (i < 4) at bit 4: the fifth bit of q5 weights.
 TANDEM_DEVICE u32 tandem_spread4(u32 bits) {
     return ((bits & 1u) << 4) | ((bits & 2u) << 11) | ((bits & 4u) << 18) | ((bits & 8u) << 25);
@@ -146,13 +174,14 @@ TANDEM_DEVICE int tandem_iq4nl_lookup4(u32 x) {
 struct tandem_mv_q4_0 {
     static constexpr int QK = 32, BYTES = 18;
     static __device__ __forceinline__ float dot(const u8* b, int, const int* a, float da, float sa) {
+        u32 q[4];
+        const float d = tandem_half_words_a2<4>(b, q);
         int s = 0;
         for (int i = 0; i < 4; ++i) {
-            const u32 v = tandem_ld32_a2(b + 2 + 4 * i);
-            s = tandem_dp4a((int)(v & 0x0F0F0F0Fu), a[i], s);
-            s = tandem_dp4a((int)((v >> 4) & 0x0F0F0F0Fu), a[4 + i], s);
+            s = tandem_dp4a((int)(q[i] & 0x0F0F0F0Fu), a[i], s);
+            s = tandem_dp4a((int)((q[i] >> 4) & 0x0F0F0F0Fu), a[4 + i], s);
         }
-        return tandem_ld_half(b) * (da * (float)s - 8.0f * sa);
+        return d * (da * (float)s - 8.0f * sa);
     }
 };
 
@@ -172,16 +201,18 @@ struct tandem_mv_q4_1 {
 struct tandem_mv_q5_0 {
     static constexpr int QK = 32, BYTES = 22;
     static __device__ __forceinline__ float dot(const u8* b, int, const int* a, float da, float sa) {
-        const u32 qh = tandem_ld32_a2(b + 2);
+        u32 q[5];
+        const float d = tandem_half_words_a2<5>(b, q);
+        const u32 qh = q[0];
         int s = 0;
         for (int i = 0; i < 4; ++i) {
-            const u32 v = tandem_ld32_a2(b + 6 + 4 * i);
+            const u32 v = q[1 + i];
             const u32 lo = (v & 0x0F0F0F0Fu) | tandem_spread4(qh >> (4 * i));
             const u32 hi = ((v >> 4) & 0x0F0F0F0Fu) | tandem_spread4(qh >> (16 + 4 * i));
             s = tandem_dp4a((int)lo, a[i], s);
             s = tandem_dp4a((int)hi, a[4 + i], s);
         }
-        return tandem_ld_half(b) * (da * (float)s - 16.0f * sa);
+        return d * (da * (float)s - 16.0f * sa);
     }
 };
 
@@ -204,24 +235,25 @@ struct tandem_mv_q5_1 {
 struct tandem_mv_q8_0 {
     static constexpr int QK = 32, BYTES = 34;
     static __device__ __forceinline__ float dot(const u8* b, int, const int* a, float da, float) {
+        u32 q[8];
+        const float d = tandem_half_words_a2<8>(b, q);
         int s = 0;
-        for (int i = 0; i < 8; ++i) {
-            s = tandem_dp4a((int)tandem_ld32_a2(b + 2 + 4 * i), a[i], s);
-        }
-        return tandem_ld_half(b) * da * (float)s;
+        for (int i = 0; i < 8; ++i) s = tandem_dp4a((int)q[i], a[i], s);
+        return d * da * (float)s;
     }
 };
 
 struct tandem_mv_iq4_nl {
     static constexpr int QK = 32, BYTES = 18;
     static __device__ __forceinline__ float dot(const u8* b, int, const int* a, float da, float) {
+        u32 q[4];
+        const float d = tandem_half_words_a2<4>(b, q);
         int s = 0;
         for (int i = 0; i < 4; ++i) {
-            const u32 v = tandem_ld32_a2(b + 2 + 4 * i);
-            s = tandem_dp4a(tandem_iq4nl_lookup4(v), a[i], s);
-            s = tandem_dp4a(tandem_iq4nl_lookup4(v >> 4), a[4 + i], s);
+            s = tandem_dp4a(tandem_iq4nl_lookup4(q[i]), a[i], s);
+            s = tandem_dp4a(tandem_iq4nl_lookup4(q[i] >> 4), a[4 + i], s);
         }
-        return tandem_ld_half(b) * da * (float)s;
+        return d * da * (float)s;
     }
 };
 
@@ -316,11 +348,14 @@ struct tandem_mv_q6_K {
         const u8* qh = b + 128 + 32 * n;
         const int sl = 4 * (j >> 1), sh = 2 * j;
         int acc = 0;
+        u32 l8[8], h8[8];
+        tandem_words_a2<8>(ql, l8);
+        tandem_words_a2<8>(qh, h8);
         for (int h = 0; h < 2; ++h) {
             int s = 0, t = 0;
             for (int i = 0; i < 4; ++i) {
-                const u32 lo = (tandem_ld32_a2(ql + 16 * h + 4 * i) >> sl) & 0x0F0F0F0Fu;
-                const u32 hi = (tandem_ld32_a2(qh + 16 * h + 4 * i) >> sh) & 0x03030303u;
+                const u32 lo = (l8[4 * h + i] >> sl) & 0x0F0F0F0Fu;
+                const u32 hi = (h8[4 * h + i] >> sh) & 0x03030303u;
                 s = tandem_dp4a((int)(lo | (hi << 4)), a[4 * h + i], s);
                 t = tandem_bsum4(a[4 * h + i], t);
             }

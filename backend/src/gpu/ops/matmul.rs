@@ -349,10 +349,10 @@ mod tests {
         assert_eq!(rows_per_wave(14336, 8, 132), 7);
         assert_eq!(rows_per_wave(0, 0, 0), 1);
         // Shared memory: a 2048-weight chunk per wave, plus the fused q8_1 columns.
-        assert_eq!(gemv_shared_bytes(ElemType::Q4_0, 8, None), 8 * 1152);
+        assert_eq!(gemv_shared_bytes(ElemType::Q4_0, 8, None), 8 * 1152 + 16);
         assert_eq!(
             gemv_shared_bytes(ElemType::Q8_0, 8, Some(gemv_act_bytes(4096, 1))),
-            8 * 2176 + 4096 + 1024
+            8 * 2176 + 4096 + 1024 + 16
         );
         assert_eq!(gemv_shared_bytes(ElemType::F16, 8, None), 0);
         assert!(gemv_fuses_quantize(8192, 1) && gemv_fuses_quantize(1024, 8) && gemv_fuses_quantize(4096, 2));

@@ -389,14 +389,18 @@ pub fn gemv_fuses_quantize(k: i64, columns: i64) -> bool {
     gemv_act_bytes(k, columns) <= GEMV_FUSED_ACT_BYTES
 }
 
+/// Bytes after a GEMV block's shared data that its aligned word loads may touch (they read up to
+/// 2 bytes past the last block of a chunk, `tandem_words_a2` in gemv.hip).
+pub const GEMV_SHARED_PAD: i64 = 16;
+
 /// Dynamic shared memory of a GEMV block: one staged chunk per wave (quantized weights) plus
-/// the block's q8_1 columns when it quantizes them.
+/// the block's q8_1 columns when it quantizes them, plus [`GEMV_SHARED_PAD`].
 pub fn gemv_shared_bytes(ty: ElemType, waves: i64, fused_act: Option<i64>) -> u32 {
     if !uses_q8_1(ty) {
         return 0;
     }
     let chunk = ty.row_size(GEMV_CHUNK).unwrap_or(0) as i64;
-    (waves * chunk + fused_act.unwrap_or(0)) as u32
+    (waves * chunk + fused_act.unwrap_or(0) + GEMV_SHARED_PAD) as u32
 }
 
 /// One block per `per_block` rows and batch; callers have bounded both (predicates).
