@@ -664,17 +664,25 @@ TANDEM_DEVICE void tandem_mv_quant_block(const u8* wbase, i64 nb01, i64 m, i64 k
     wk.fetch(ra, p, lane, ws);
     wk.next(p);
     wk.fetch(rb, p, lane, ws);
+    const i8* qa = (const i8*)aq;
+    const float2* qd = (const float2*)ads;
     if (aq == nullptr) {
-        // Separate calls for shared and global columns, so each reads them with its own loads.
         i8* sq = (i8*)(tandem_mv_smem + nw * tandem_mv_chunk<T>::BYTES);
         float2* sd = (float2*)(sq + ncols * k);
         tandem_mv_quantize_block(src1, nb10, nb11, k, ncols, sq, sd);
         __syncthreads();
-        tandem_mv_quant_rows<T, MAXC>(wk, ra, rb, stage, k, sq, sd, 0, ncols, out, out_stride);
-    } else {
-        tandem_mv_quant_rows<T, MAXC>(wk, ra, rb, stage, k, (const i8*)aq, (const float2*)ads, col0, ncols, out,
-                                      out_stride);
+        if (MAXC == 1) {
+            // Decode: a call of its own for shared columns, so it reads them with shared loads
+            // (the multi-column kernels share one call and read through generic loads, which
+            // keeps their compile time down).
+            tandem_mv_quant_rows<T, MAXC>(wk, ra, rb, stage, k, sq, sd, 0, ncols, out, out_stride);
+            return;
+        }
+        qa = sq;
+        qd = sd;
+        col0 = 0;
     }
+    tandem_mv_quant_rows<T, MAXC>(wk, ra, rb, stage, k, qa, qd, col0, ncols, out, out_stride);
 }
 
 // Float weights: element i of a row as f32, and V elements from one aligned 16-byte load.
