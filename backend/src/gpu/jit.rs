@@ -155,7 +155,23 @@ impl KernelCache {
                 return Ok(Arc::new(code));
             }
             origin = Origin::Compiled;
+            // The big families take tens of seconds on first use; say so rather than stall silently.
+            let later = match self.path(&key) {
+                Some(p) => format!("later runs load it from {}", p.display()),
+                None => "the disk cache is off".to_string(),
+            };
+            eprintln!(
+                "tandem: compiling GPU kernel family `{}` for {} ({later})",
+                req.name, req.arch
+            );
+            let started = std::time::Instant::now();
             let code = compile().map_err(JitError::Compile)?;
+            eprintln!(
+                "tandem: compiled `{}` for {} in {:.1} s",
+                req.name,
+                req.arch,
+                started.elapsed().as_secs_f64()
+            );
             if let Err(e) = self.publish(&key, &code) {
                 // A read-only or full cache folder costs a recompile next run, nothing more.
                 warn_once(&format!("kernel cache: cannot write {}: {e}", self.describe(&key)));
