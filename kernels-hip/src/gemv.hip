@@ -104,8 +104,10 @@ TANDEM_DEVICE float tandem_ld_half(const u8* p) {
 // lanes whose blocks start on different halves of a word.
 template <int N>
 TANDEM_DEVICE void tandem_words_a2(const u8* p, u32 (&v)[N]) {
-    const u32* a = (const u32*)((u64)p & ~(u64)3);
-    const int sh = (int)((u64)p & 2) * 8;
+    // p minus its offset, not an integer cast: the compiler keeps knowing it is shared memory.
+    const int off = (int)((u64)p & 2);
+    const u32* a = (const u32*)(p - off);
+    const int sh = off * 8;
     u32 w[N + 1];
 #pragma unroll
     for (int i = 0; i <= N; ++i) w[i] = a[i];
@@ -116,8 +118,9 @@ TANDEM_DEVICE void tandem_words_a2(const u8* p, u32 (&v)[N]) {
 // aligned loads (up to 2 bytes past the end).
 template <int N>
 TANDEM_DEVICE float tandem_half_words_a2(const u8* p, u32 (&v)[N]) {
-    const u32* a = (const u32*)((u64)p & ~(u64)3);
-    const int sh = (int)((u64)p & 2) * 8;
+    const int off = (int)((u64)p & 2);
+    const u32* a = (const u32*)(p - off);
+    const int sh = off * 8;
     u32 w[N + 1];
 #pragma unroll
     for (int i = 0; i <= N; ++i) w[i] = a[i];
