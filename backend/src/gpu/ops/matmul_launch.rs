@@ -390,7 +390,7 @@ pub fn gemv_fuses_quantize(k: i64, columns: i64) -> bool {
 }
 
 /// Bytes after a GEMV block's shared data that its aligned word loads may touch (they read up to
-/// 2 bytes past the last block of a chunk, `tandem_words_a2` in gemv.hip).
+/// 2 bytes past the last block of a chunk, `tandem_aligned_words` in gemv.hip).
 pub const GEMV_SHARED_PAD: i64 = 16;
 
 /// Dynamic shared memory of a GEMV block: one staged chunk per wave (quantized weights) plus
@@ -624,7 +624,8 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
                 .and_then(|v| v.checked_mul(2))
                 .is_some_and(|b| b <= MAX_SCRATCH as i64)
         };
-        if fits && (s.m + mma_tile(w.ty).1 - 1) / mma_tile(w.ty).1 <= MAX_GRID_YZ {
+        let (_, tile_m, _) = mma_tile(w.ty);
+        if fits && (s.m + tile_m - 1) / tile_m <= MAX_GRID_YZ {
             let f = ctx.kernels.function(MMA_FAMILY, entry)?;
             let mut args = KernelArgs::new();
             args.push(dptr(w));
