@@ -10,9 +10,10 @@
 // are 16-byte aligned (whole-superblock rows of every type are; quantized rows are otherwise
 // only 2-byte aligned), and each wave keeps the loads of its next two chunks in flight (two
 // register sets taking turns) while it dots the current one. Each lane dots whole 32-weight
-// groups with every column. Float weights: one block of 128 threads per row (grid.x = rows),
-// reading 16-byte vectors strided over the block, block reduction. Every weight byte is read
-// once for all columns.
+// groups with every column. Float weights: one block of 128 threads per TANDEM_MV_FLOAT_ROWS
+// rows (one column) or per row (several), each thread loading TANDEM_MV_FLOAT_BATCH 16-byte
+// vectors of every row before it uses any, block reduction. Every weight byte is read once for
+// all columns.
 //
 // Quantized weights meet activations quantized to q8_1 (per 32 values: scale d and d * sum(q),
 // kept as f32), dotted with 4-byte integer dot products; float weights meet the f32 activations
@@ -740,69 +741,116 @@ struct tandem_mv_bf16 {
     }
 };
 
-// Block-wide sums of acc[0..ncols) written to out[j * out_stride] (bytes) by the first threads.
-template <int MAXC>
-TANDEM_DEVICE void tandem_mv_block_finish(float* acc, int ncols, char* out, i64 out_stride) {
-    __shared__ float part[TANDEM_MV_THREADS / 32][MAXC];
+// Block-wide sums of acc[r][0..ncols) for rows r < nrows, written to out + r * 4 + j * out_stride
+// (bytes) by the first threads.
+template <int MAXC, int R>
+TANDEM_DEVICE void tandem_mv_block_finish(float (&acc)[R][MAXC], int nrows, int ncols, char* out, i64 out_stride) {
+    __shared__ float part[TANDEM_MV_THREADS / 32][R * MAXC];
     const int lane = threadIdx.x % warpSize, wave = threadIdx.x / warpSize;
     const int nwaves = blockDim.x / warpSize;
 #pragma unroll
-    for (int j = 0; j < MAXC; ++j) {
-        if (j < ncols) {
-            const float v = tandem_wave_sum(acc[j]);
-            if (lane == 0) part[wave][j] = v;
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int j = 0; j < MAXC; ++j) {
+            if (j < ncols) {
+                const float v = tandem_wave_sum(acc[r][j]);
+                if (lane == 0) part[wave][r * MAXC + j] = v;
+            }
         }
     }
     __syncthreads();
-    if ((int)threadIdx.x < ncols) {
+    const int e = threadIdx.x, r = e / ncols, j = e % ncols;
+    if (r < nrows) {
         float v = 0.0f;
-        for (int w = 0; w < nwaves; ++w) v += part[w][threadIdx.x];
-        *(float*)(out + threadIdx.x * out_stride) = v;
+        for (int w = 0; w < nwaves; ++w) v += part[w][r * MAXC + j];
+        *(float*)(out + r * 4 + j * out_stride) = v;
     }
 }
 
-// One float weight row against f32 columns at act + j * act_stride (contiguous rows), walked by
-// the whole block (one block per row: measured faster for f16 than one wave per row, 40 vs 47 us
-// at 14336x4096 on an H200); thread 0.. write the sums.
-template <typename T, int MAXC>
-TANDEM_DEVICE void tandem_mv_float_row_block(const u8* wrow, i64 k, const char* act, i64 act_stride, int ncols,
-                                       char* out, i64 out_stride) {
-    const int t = threadIdx.x, nt = blockDim.x;
-    float acc[MAXC];
+// Vectors of float weights per row loaded together per thread by tandem_mv_float_rows (a loop
+// that loads one vector and then waits for it keeps a single 16-byte load per thread in flight).
+#define TANDEM_MV_FLOAT_BATCH 4
+// Rows of a decode (one-column) float GEMV block (mirrors GEMV_FLOAT_ROWS in
+// backend/src/gpu/ops/matmul_launch.rs).
+#define TANDEM_MV_FLOAT_ROWS 2
+
+// Adds the dots of the R weight vectors u[r] (vector i of each row) with columns 0 .. ncols to
+// acc[r]; each activation vector is loaded once for all R rows.
+template <typename T, int MAXC, int R>
+TANDEM_DEVICE void tandem_mv_float_vecs(const uint4 (&u)[R], i64 i, const char* act, i64 act_stride, int ncols,
+                                        float (&acc)[R][MAXC]) {
+    float wv[R][T::V];
 #pragma unroll
-    for (int j = 0; j < MAXC; ++j) acc[j] = 0.0f;
-    const u64 align = (u64)wrow | (u64)act | (ncols > 1 ? (u64)act_stride : 0);
-    if ((align & 15u) == 0 && k % T::V == 0) {
-        const uint4* w = (const uint4*)wrow;
-        const i64 nv = k / T::V;
-#pragma unroll 4
-        for (i64 i = t; i < nv; i += nt) {
-            float wv[T::V];
-            T::vec(w[i], wv);
+    for (int r = 0; r < R; ++r) T::vec(u[r], wv[r]);
 #pragma unroll
-            for (int j = 0; j < MAXC; ++j) {
-                if (j < ncols) {
-                    const float4* ap = (const float4*)(act + j * act_stride) + i * (T::V / 4);
-                    float s = 0.0f;
+    for (int j = 0; j < MAXC; ++j) {
+        if (j < ncols) {
+            const float4* ap = (const float4*)(act + j * act_stride) + i * (T::V / 4);
 #pragma unroll
-                    for (int q = 0; q < T::V / 4; ++q) {
-                        const float4 x = ap[q];
-                        s += wv[4 * q] * x.x + wv[4 * q + 1] * x.y + wv[4 * q + 2] * x.z + wv[4 * q + 3] * x.w;
-                    }
-                    acc[j] += s;
+            for (int q = 0; q < T::V / 4; ++q) {
+                const float4 x = ap[q];
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    acc[r][j] += wv[r][4 * q] * x.x + wv[r][4 * q + 1] * x.y + wv[r][4 * q + 2] * x.z +
+                                 wv[r][4 * q + 3] * x.w;
                 }
             }
         }
+    }
+}
+
+// nrows (1 .. R) float weight rows, row r at w0 + r * nb01, against f32 columns at act + j *
+// act_stride (contiguous rows), walked by the whole block (one block per R rows: one block per
+// row was measured faster for f16 than one wave per row, 40 vs 47 us at 14336x4096 on an H200);
+// the first threads write the sums.
+template <typename T, int MAXC, int R>
+TANDEM_DEVICE void tandem_mv_float_rows(const u8* w0, i64 nb01, int nrows, i64 k, const char* act, i64 act_stride,
+                                        int ncols, char* out, i64 out_stride) {
+    const int t = threadIdx.x, nt = blockDim.x;
+    float acc[R][MAXC];
+    const u8* wr[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        // Rows past the last are read as the last one again and their sums dropped.
+        wr[r] = w0 + (r < nrows ? r : nrows - 1) * nb01;
+#pragma unroll
+        for (int j = 0; j < MAXC; ++j) acc[r][j] = 0.0f;
+    }
+    const u64 align = (u64)w0 | (R > 1 ? (u64)nb01 : 0) | (u64)act | (ncols > 1 ? (u64)act_stride : 0);
+    if ((align & 15u) == 0 && k % T::V == 0) {
+        const i64 nv = k / T::V;
+        i64 i = t;
+        for (; i + (TANDEM_MV_FLOAT_BATCH - 1) * nt < nv; i += TANDEM_MV_FLOAT_BATCH * nt) {
+            uint4 wq[TANDEM_MV_FLOAT_BATCH][R];
+#pragma unroll
+            for (int b = 0; b < TANDEM_MV_FLOAT_BATCH; ++b) {
+#pragma unroll
+                for (int r = 0; r < R; ++r) wq[b][r] = tandem_ld_stream16((const uint4*)wr[r] + i + b * nt);
+            }
+#pragma unroll
+            for (int b = 0; b < TANDEM_MV_FLOAT_BATCH; ++b) {
+                tandem_mv_float_vecs<T, MAXC, R>(wq[b], i + b * nt, act, act_stride, ncols, acc);
+            }
+        }
+        for (; i < nv; i += nt) {
+            uint4 wq[R];
+#pragma unroll
+            for (int r = 0; r < R; ++r) wq[r] = tandem_ld_stream16((const uint4*)wr[r] + i);
+            tandem_mv_float_vecs<T, MAXC, R>(wq, i, act, act_stride, ncols, acc);
+        }
     } else {
         for (i64 i = t; i < k; i += nt) {
-            const float wv = T::at(wrow, i);
 #pragma unroll
-            for (int j = 0; j < MAXC; ++j) {
-                if (j < ncols) acc[j] += wv * ((const float*)(act + j * act_stride))[i];
+            for (int r = 0; r < R; ++r) {
+                const float wv = T::at(wr[r], i);
+#pragma unroll
+                for (int j = 0; j < MAXC; ++j) {
+                    if (j < ncols) acc[r][j] += wv * ((const float*)(act + j * act_stride))[i];
+                }
             }
         }
     }
-    tandem_mv_block_finish<MAXC>(acc, ncols, out, out_stride);
+    tandem_mv_block_finish<MAXC, R>(acc, nrows, ncols, out, out_stride);
 }
 
 // ---------------------------------------------------------------- kernels
@@ -820,18 +868,19 @@ TANDEM_DEVICE void tandem_gemv_quant(const char* w, const char* src1, const char
                                    s.nb11, aq, ads, b * s.n, (int)s.n, dst + i12 * s.nb2 + i13 * s.nb3, s.nb1);
 }
 
-// MUL_MAT, float weights: block (row, batch); src1 is read directly.
-template <typename T, int MAXC>
+// MUL_MAT, float weights: block (R rows, batch); src1 is read directly.
+template <typename T, int MAXC, int R>
 TANDEM_DEVICE void tandem_gemv_float(const char* w, const char* src1, char* dst, const tandem_mm_shape& s) {
     const i64 b = blockIdx.y;
     if (b >= s.ne12 * s.ne13) return;
     const i64 i12 = b % s.ne12, i13 = b / s.ne12;
     const char* act = src1 + i12 * s.nb12 + i13 * s.nb13;
-    const i64 row = blockIdx.x;
+    const i64 row = (i64)blockIdx.x * R;
     if (row >= s.m) return;
+    const int nrows = (int)(s.m - row < R ? s.m - row : R);
     const u8* wrow = (const u8*)w + row * s.nb01 + (i12 / s.r2) * s.nb02 + (i13 / s.r3) * s.nb03;
     char* out = dst + row * 4 + i12 * s.nb2 + i13 * s.nb3;
-    tandem_mv_float_row_block<T, MAXC>(wrow, s.k, act, s.nb11, (int)s.n, out, s.nb1);
+    tandem_mv_float_rows<T, MAXC, R>(wrow, s.nb01, nrows, s.k, act, s.nb11, (int)s.n, out, s.nb1);
 }
 
 // The expert of slot (u, t), or -1 when ids holds no valid expert index there.
@@ -884,7 +933,7 @@ TANDEM_DEVICE void tandem_mmid_float(const char* w, const char* src1, const char
         return;
     }
     const u8* wrow = (const u8*)w + row * s.nb01 + e * s.nb02;
-    tandem_mv_float_row_block<T, 1>(wrow, s.k, act, 0, 1, out, 0);
+    tandem_mv_float_rows<T, 1, 1>(wrow, s.nb01, 1, s.k, act, 0, 1, out, 0);
 }
 
 // f32 activations to q8_1: one thread per value, 32 lanes per group (a wave64 holds two groups;
@@ -948,12 +997,12 @@ tandem_q8_round_f32(const char* src, float* out, tandem_q8_shape s) {
 #define TANDEM_MV_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_MV_THREADS)
 
 // _c1: one column (decode); _c8: up to eight columns from one pass over the weights.
-TANDEM_MV_KERNEL tandem_gemv_f32_c1(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_f32, 1>(w, src1, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_f32_c8(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_f32, 8>(w, src1, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_f16_c1(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_f16, 1>(w, src1, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_f16_c8(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_f16, 8>(w, src1, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_bf16_c1(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_bf16, 1>(w, src1, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_bf16_c8(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_bf16, 8>(w, src1, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_f32_c1(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_f32, 1, TANDEM_MV_FLOAT_ROWS>(w, src1, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_f32_c8(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_f32, 8, 1>(w, src1, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_f16_c1(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_f16, 1, TANDEM_MV_FLOAT_ROWS>(w, src1, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_f16_c8(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_f16, 8, 1>(w, src1, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_bf16_c1(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_bf16, 1, TANDEM_MV_FLOAT_ROWS>(w, src1, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_bf16_c8(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_bf16, 8, 1>(w, src1, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_0_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_0, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_0_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_0, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_1_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_1, 1>(w, src1, aq, ads, dst, s); }

@@ -210,7 +210,7 @@ mod tests {
     use super::super::matmul_launch::{
         entries, gemm_config, gemv_act_bytes, gemv_config, gemv_fuses_quantize, gemv_shared_bytes, gemv_waves, has_mma,
         mma_config, mma_entry, mma_tile, mmid_grouped_bytes, mmid_mma_config, mmid_mma_entry, quantize_config,
-        rows_per_wave, GEMM_FAMILY, GEMV_FAMILY, GEMV_FUSED_ACT_BYTES,
+        rows_per_wave, GEMM_FAMILY, GEMV_FAMILY, GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES,
     };
     use super::*;
     use crate::gpu::registry::accepting;
@@ -340,6 +340,9 @@ mod tests {
         assert_eq!(gemv_config(ElemType::Q4_0, 3, 7, 4, 0).grid, [1, 7, 1]);
         let f = gemv_config(ElemType::F16, 1025, 2, 1, 0);
         assert_eq!((f.grid, f.block), ([1025, 2, 1], [128, 1, 1]));
+        // One-column float GEMVs take GEMV_FLOAT_ROWS rows per block.
+        let f = gemv_config(ElemType::F16, 1025, 2, GEMV_FLOAT_ROWS, 0);
+        assert_eq!(f.grid, [513, 2, 1]);
         // Eight 32-lane waves (four 64-lane ones); one row per wave until the grid holds two
         // blocks per SM.
         assert_eq!((gemv_waves(32), gemv_waves(64), gemv_waves(0)), (8, 4, 256));
@@ -461,14 +464,15 @@ mod tests {
     #[test]
     fn launch_constants_and_shapes_match_the_kernel_sources() {
         use super::super::matmul_launch::{
-            GEMM_THREADS, GEMM_TILE, GEMV_CHUNK, GEMV_THREADS, MMA_THREADS, MMA_TILE_M, MMA_TILE_N, MMID_MAX_EXPERTS,
-            MMQ_THREADS, MMQ_TILE_M, MMQ_TILE_N,
+            GEMM_THREADS, GEMM_TILE, GEMV_CHUNK, GEMV_FLOAT_ROWS, GEMV_THREADS, MMA_THREADS, MMA_TILE_M, MMA_TILE_N,
+            MMID_MAX_EXPERTS, MMQ_THREADS, MMQ_TILE_M, MMQ_TILE_N,
         };
         let src = |family| tandem_kernels_hip::find(family).unwrap().source;
         let (gemv, gemm, mma) = (src("gemv"), src("gemm"), src("mma"));
         for (src, text) in [
             (gemv, format!("#define TANDEM_MV_THREADS {GEMV_THREADS}\n")),
             (gemv, format!("#define TANDEM_MV_GROUPS {}\n", GEMV_CHUNK / 32)),
+            (gemv, format!("#define TANDEM_MV_FLOAT_ROWS {GEMV_FLOAT_ROWS}\n")),
             (gemm, format!("#define TANDEM_MM_THREADS {GEMM_THREADS}\n")),
             (gemm, format!("#define TANDEM_MM_BM {GEMM_TILE}\n")),
             (gemm, format!("#define TANDEM_MM_BN {GEMM_TILE}\n")),

@@ -9,7 +9,8 @@
 //!   [`rows_per_wave`]), staged per wave in 2048-weight chunks (dynamic shared memory, see
 //!   [`gemv_shared_bytes`]) and summed with a wave reduction; when the block's q8_1 columns fit
 //!   ([`gemv_fuses_quantize`]) the block quantizes them itself and the node is one launch. Float
-//!   weights: block 128, grid (m, batches), one block per row reading 16-byte vectors.
+//!   weights: block 128, grid (ceil(m / rows), batches), `GEMV_FLOAT_ROWS` rows per block for
+//!   one column (else one), each thread loading several 16-byte vectors of every row at once.
 //! - `tandem_mul_mat_id_<type>`: as the GEMV of its type, grid.y = n_used * n_tokens.
 //! - `tandem_gemm_<type>`: block 256, grid (ceil(n / 64), ceil(m / 64), batches); 64 x 64 tiles.
 //! - `tandem_mma_<type>` (NVIDIA sm_80+, see [`mma_entry`] and [`mma_tile`]): int8 mma on the
@@ -39,10 +40,16 @@ pub const MMQ_TILE_N: i64 = 64;
 /// Threads of a quantized-GEMV block (`TANDEM_MV_THREADS` of gemv.hip): eight 32-lane waves
 /// share one quantized copy of the activations.
 pub const GEMV_THREADS: u32 = 256;
-/// Threads of a float-weight GEMV block (one block per row).
+/// Threads of a float-weight GEMV block.
 pub const GEMV_FLOAT_THREADS: u32 = 128;
+/// Rows of a one-column float-weight GEMV block (`TANDEM_MV_FLOAT_ROWS` of gemv.hip): each thread
+/// keeps the loads of both rows in flight together. Multi-column blocks take one row.
+pub const GEMV_FLOAT_ROWS: i64 = 2;
 /// Quantized-GEMV blocks wanted per SM/CU; taller matrices give each wave more rows (fewer
-/// blocks, so fewer copies of the activations to quantize).
+/// blocks, so fewer copies of the activations to quantize). Two fit an H200 SM with the 80-120
+/// registers NVRTC 13.0 gives these kernels; measured on one (q4_0 14336 x 4096): three made
+/// the grid a second wave of blocks (25.6 vs 18.6 us), three with launch bounds holding the
+/// registers to 80 were still slower (20.0), one left the load latency uncovered (22.7).
 const GEMV_BLOCKS_PER_UNIT: i64 = 2;
 /// Weights per staged chunk of a quantized GEMV row (`TANDEM_MV_GROUPS * 32` of gemv.hip).
 pub const GEMV_CHUNK: i64 = 2048;
@@ -572,9 +579,12 @@ pub unsafe fn launch_gemv(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
         .kernels
         .function(GEMV_FAMILY, if s.n == 1 { names[0] } else { names[1] })?;
     let waves = gemv_waves(ctx.info.warp_size);
-    // Quantized weights: waves * rpw rows per block; float weights: one block per row.
+    // Quantized weights: waves * rpw rows per block; float weights: GEMV_FLOAT_ROWS rows per
+    // block for one column, else one.
     let per_block = if uses_q8_1(w.ty) {
         waves * rows_per_wave(s.m * s.batches(), waves, ctx.info.compute_units)
+    } else if s.n == 1 {
+        GEMV_FLOAT_ROWS
     } else {
         1
     };
