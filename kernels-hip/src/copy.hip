@@ -8,6 +8,8 @@
 // shapes differ, each thread unravels its flat index in the src shape. Quantizing copies: one
 // thread per dst block (the CPU's sequential scans of max and min give the exact tie-breaking
 // for free); these copies are rare in inference, so simplicity wins over speed here.
+//
+// Also here: tandem_read_probe, the same-size read that `tandem perf-ops` times beside a case.
 #include "tandem_hip.h"
 #include "tandem_quant.h"
 
@@ -175,4 +177,25 @@ tandem_cpy_f32_q5_0(const char* src, char* dst, tandem_copy_shape s) {
 extern "C" __global__ void __launch_bounds__(128)
 tandem_cpy_f32_q5_1(const char* src, char* dst, tandem_copy_shape s) {
     tandem_quantize_copy<tandem_quantize_q5_1>(src, dst, s);
+}
+
+// The read probe of `tandem perf-ops`: reads the n16 16-byte words at src once, four in flight
+// per thread (one 16 KiB stretch per block), as a weight-streaming kernel reads its weights.
+// The words are folded into one value that is stored to `out` (scratch) only if it equals
+// `never`: no load can be dropped, and a write happens for one data fold in 2^32.
+#define TANDEM_READ_PROBE_THREADS 256
+#define TANDEM_READ_PROBE_UNROLL 4
+extern "C" __global__ void __launch_bounds__(TANDEM_READ_PROBE_THREADS)
+tandem_read_probe(const uint4* src, i64 n16, u32 never, u32* out) {
+    const i64 base = (i64)blockIdx.x * (TANDEM_READ_PROBE_THREADS * TANDEM_READ_PROBE_UNROLL) + threadIdx.x;
+    uint4 v[TANDEM_READ_PROBE_UNROLL];
+#pragma unroll
+    for (int u = 0; u < TANDEM_READ_PROBE_UNROLL; ++u) {
+        const i64 i = base + u * TANDEM_READ_PROBE_THREADS;
+        v[u] = i < n16 ? tandem_ld_stream16(src + i) : make_uint4(0, 0, 0, 0);
+    }
+    u32 x = 0;
+#pragma unroll
+    for (int u = 0; u < TANDEM_READ_PROBE_UNROLL; ++u) x += v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    if (x == never) out[0] = x;
 }

@@ -107,3 +107,19 @@ TANDEM_DEVICE float tandem_wave_max(float v) {
     }
     return v;
 }
+
+// A 16-byte load of data read once (weights): kept out of L1, so data read again (activations)
+// stays cached there.
+TANDEM_DEVICE uint4 tandem_ld_stream16(const uint4* p) {
+#if defined(TANDEM_NVIDIA)
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+#else
+    typedef unsigned int u32x4 __attribute__((ext_vector_type(4)));
+    const u32x4 v = __builtin_nontemporal_load((const u32x4*)p);
+    return make_uint4(v.x, v.y, v.z, v.w);
+#endif
+}

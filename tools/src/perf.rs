@@ -5,6 +5,8 @@
 //! On a GPU every copy of a case lives in device memory (the leaves drawn once on the host and
 //! uploaded), and each run is timed with events on the device's stream, after a runway copy that
 //! keeps the device busy while the host queues the launches (see `GpuDevice::compute_timed`).
+//! Beside each case the same bytes are read once from the same copies by the read probe, timed
+//! the same way (`GpuDevice::read_timed`): the floor for any kernel that must read them.
 
 use crate::cases::{perf, Case};
 use crate::common::selected;
@@ -88,6 +90,12 @@ pub struct CaseResult {
     pub bytes: usize,
     pub gbps: Option<f64>,
     pub ratio_to_ceiling: Option<f64>,
+    /// GPU: device time of one streaming read of the run's bytes (at most one copy's bytes)
+    /// from the same rotated copies, timed the same way, median over as many runs: what any
+    /// kernel that reads those bytes takes at best here, launch included.
+    pub read_us_median: Option<f64>,
+    /// `read_us_median / us_median`: 1.0 means as fast as only reading the bytes.
+    pub ratio_to_read: Option<f64>,
     pub flops: f64,
     pub tflops: Option<f64>,
     pub graph: Option<GraphSummary>,
@@ -143,8 +151,8 @@ pub fn perf_ops(dev: &Device, opts: &PerfOptions) -> bool {
             ceiling.gbps
         );
         println!(
-            "{:<72} {:>10} {:>10} {:>8} {:>6} {:>8}",
-            "case", "us/run", "wall us", "GB/s", "ceil", "TFLOP/s"
+            "{:<72} {:>10} {:>10} {:>8} {:>6} {:>8} {:>8} {:>7}",
+            "case", "us/run", "wall us", "GB/s", "ceil", "TFLOP/s", "read us", "of read"
         );
     }
     let gpu = matches!(dev, Device::Gpu(_));
@@ -193,8 +201,13 @@ fn row_text(r: &CaseResult) -> String {
         (None, Some(us), Some(gbps), Some(ratio)) => {
             let tf = r.tflops.map(|t| format!("{t:.3}")).unwrap_or_else(|| "-".into());
             let wall = r.wall_us_median.unwrap_or(us);
+            let read = r
+                .read_us_median
+                .map(|x| format!("{x:.1}"))
+                .unwrap_or_else(|| "-".into());
+            let of_read = r.ratio_to_read.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into());
             let mut line = format!(
-                "{:<72} {us:>10.1} {wall:>10.1} {gbps:>8.1} {ratio:>6.2} {tf:>8}",
+                "{:<72} {us:>10.1} {wall:>10.1} {gbps:>8.1} {ratio:>6.2} {tf:>8} {read:>8} {of_read:>7}",
                 r.name
             );
             if let Some(g) = r.graph.as_ref().filter(|g| g.nodes >= 64) {
@@ -252,6 +265,7 @@ fn summarize(r: &mut CaseResult, samples: &[Sample], ceiling_gbps: f64) {
     r.wall_us_median = Some(wall_med);
     r.gbps = Some(gbps);
     r.ratio_to_ceiling = Some(gbps / ceiling_gbps);
+    r.ratio_to_read = r.read_us_median.map(|read| read / med);
     if r.flops > 0.0 {
         r.tflops = Some(r.flops / (med * 1e-6) / 1e12);
     }
@@ -381,6 +395,20 @@ fn time_gpu(
         run(i)?;
     }
     let samples = (0..r.reps).map(run).collect::<Result<Vec<_>, _>>()?;
+    // The same bytes read by the probe from the same copies, in the same conditions.
+    let read_bytes = r.bytes.min(image.len());
+    let mut read_us = Vec::with_capacity(r.reps);
+    for i in 0..GPU_WARMUP + r.reps {
+        let (dst, src) = (runway.dst.ptr(), runway.src.ptr());
+        // SAFETY: the probe reads `read_bytes` <= the allocation's length from its start; the
+        // runway buffers are separate allocations of RUNWAY_BYTES each.
+        let ms = unsafe { g.read_timed(allocs[i % allocs.len()].ptr(), read_bytes, (dst, src, RUNWAY_BYTES)) }
+            .map_err(|e| format!("read probe: {e}"))?;
+        if i >= GPU_WARMUP {
+            read_us.push(ms as f64 * 1e3);
+        }
+    }
+    r.read_us_median = Some(median(&mut read_us));
     drop(allocs);
     Ok(samples)
 }
@@ -505,7 +533,9 @@ mod tests {
                 },
             })
             .collect();
+        r.read_us_median = Some(1.5);
         summarize(&mut r, &samples, 1000.0);
+        assert_eq!(r.ratio_to_read, Some(0.75));
         assert_eq!(r.us_median, Some(2.0));
         assert_eq!(r.us_min, Some(1.0));
         assert_eq!(r.wall_us_median, Some(20.0));

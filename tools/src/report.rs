@@ -127,21 +127,23 @@ pub fn markdown(r: &PerfReport, torch: Option<&TorchReport>) -> String {
     let _ = writeln!(
         s,
         "\nBytes = weights with their scales + activations + outputs (MUL_MAT_ID: the experts \
-         picked). µs = device time per run, median (events on a GPU).\n"
+         picked). µs = device time per run, median (events on a GPU). read µs (GPU) = one \
+         streaming read of the same bytes from the same copies, timed the same way; of read = \
+         read µs / µs.\n"
     );
     let _ = writeln!(
         s,
-        "| case | µs | µs min | wall µs | MB | {un} | of ceiling | TFLOP/s | copies | working set MB |"
+        "| case | µs | µs min | wall µs | MB | {un} | of ceiling | read µs | of read | TFLOP/s | copies | working set MB |"
     );
-    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for k in &r.cases {
         if let Some(e) = &k.error {
-            let _ = writeln!(s, "| {} | FAIL: {} | | | | | | | | |", k.name, e.replace('|', "/"));
+            let _ = writeln!(s, "| {} | FAIL: {} | | | | | | | | | | |", k.name, e.replace('|', "/"));
             continue;
         }
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             k.name,
             opt(k.us_median, 1),
             opt(k.us_min, 1),
@@ -149,6 +151,10 @@ pub fn markdown(r: &PerfReport, torch: Option<&TorchReport>) -> String {
             mb(k.bytes),
             opt(k.gbps.map(|g| g / per), 3),
             opt(k.ratio_to_ceiling.map(|x| x * 100.0), 1) + "%",
+            opt(k.read_us_median, 1),
+            k.ratio_to_read
+                .map(|x| format!("{:.0}%", x * 100.0))
+                .unwrap_or_else(|| "-".into()),
             opt(k.tflops, 2),
             k.copies,
             mb(k.working_set_bytes)

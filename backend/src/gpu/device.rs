@@ -1,12 +1,12 @@
 //! A GPU device (`TANDEM<n>`): its context, kernels, registry, memory map, CPU fallback pool
 //! and the one stream its graphs run on.
 
-use super::api::{DeviceInfo, DevicePtr, GpuError, GpuResult};
+use super::api::{DeviceInfo, DevicePtr, GpuError, GpuResult, LaunchConfig};
 use super::exec::{self, GpuPlan, GpuStep};
 use super::kernels::Kernels;
 use super::memory::{DeviceAlloc, MemKind, MemoryMap, PinnedAlloc};
 use super::registry::{LaunchCtx, Node, Registry, Scratch};
-use super::safe::{Context, Stream};
+use super::safe::{Context, KernelArgs, Stream};
 use super::{GpuBackend, KernelCache};
 use crate::config::Config;
 use crate::executor::ExecError;
@@ -417,6 +417,58 @@ impl GpuDevice {
         end.record(&st.stream)?;
         st.stream.synchronize()?;
         start.elapsed_ms(&end)
+    }
+
+    /// Device time in milliseconds of reading the `bytes` at `src` once with `tandem_read_probe`
+    /// (16-byte streaming loads, as a weight-streaming kernel reads), from events around the one
+    /// launch, behind the runway copy `runway` = (dst, src, bytes) as in [`Self::compute_timed`]:
+    /// what a kernel that must read those bytes can take at best. The runway's destination also
+    /// serves as the probe's scratch word.
+    ///
+    /// # Safety
+    /// `src .. src + bytes` and the runway's ranges are device memory of this device.
+    pub unsafe fn read_timed(
+        &self,
+        src: DevicePtr,
+        bytes: usize,
+        runway: (DevicePtr, DevicePtr, usize),
+    ) -> Result<f32, String> {
+        const THREADS: u32 = 256;
+        const WORDS_PER_BLOCK: usize = THREADS as usize * 4;
+        let f = self
+            .kernels
+            .function("copy", "tandem_read_probe")
+            .map_err(|e| e.to_string())?;
+        let n16 = bytes / 16;
+        let blocks = n16.div_ceil(WORDS_PER_BLOCK).max(1);
+        let grid_x = u32::try_from(blocks).map_err(|_| format!("read probe: {bytes} bytes is too many"))?;
+        let start = self.ctx.event().map_err(|e| e.to_string())?;
+        let end = self.ctx.event().map_err(|e| e.to_string())?;
+        let st = self.state();
+        self.ctx.bind().map_err(|e| e.to_string())?;
+        let (way_dst, way_src, way_bytes) = runway;
+        // SAFETY: forwarded contract.
+        unsafe {
+            self.ctx
+                .runtime()
+                .copy_dtod_async(way_dst, way_src, way_bytes, st.stream.raw())
+        }
+        .map_err(|e| format!("runway copy: {e}"))?;
+        start.record(&st.stream).map_err(|e| e.to_string())?;
+        let mut args = KernelArgs::new();
+        args.push(src).push(n16 as i64).push(0x9e37_79b9u32).push(way_dst);
+        let cfg = LaunchConfig {
+            grid: [grid_x, 1, 1],
+            block: [THREADS, 1, 1],
+            shared_bytes: 0,
+        };
+        // SAFETY: the kernel takes (const uint4*, i64, u32, u32*) as pushed; it reads the n16
+        // whole 16-byte words from src (inside the caller's range) and may write 4 bytes at the
+        // runway's destination, which holds `way_bytes` >= 4 bytes.
+        unsafe { st.stream.launch(&f, cfg, &mut args) }.map_err(|e| e.to_string())?;
+        end.record(&st.stream).map_err(|e| e.to_string())?;
+        st.stream.synchronize().map_err(|e| e.to_string())?;
+        start.elapsed_ms(&end).map_err(|e| e.to_string())
     }
 
     /// Runs `g` whose tensors all live in `host` (an image of `host.len()` bytes at host address

@@ -43,6 +43,7 @@ pub(crate) const FAMILIES: &[KernelSource] = &[
             "tandem_cpy_f32_q4_1",
             "tandem_cpy_f32_q5_0",
             "tandem_cpy_f32_q5_1",
+            "tandem_read_probe",
         ],
         options: &[],
     },
