@@ -48,8 +48,9 @@ pub const GEMV_FLOAT_ROWS: i64 = 2;
 /// Quantized-GEMV blocks wanted per SM/CU; taller matrices give each wave more rows (fewer
 /// blocks, so fewer copies of the activations to quantize). Two fit an H200 SM with the 80-120
 /// registers NVRTC 13.0 gives these kernels; measured on one (q4_0 14336 x 4096): three made
-/// the grid a second wave of blocks (25.6 vs 18.6 us), three with launch bounds holding the
-/// registers to 80 were still slower (20.0), one left the load latency uncovered (22.7).
+/// the grid a second wave of blocks (25.6 vs 18.8 us), three with launch bounds holding the
+/// registers to 80 were still slower (20.0 vs 19.1 with two), one left the load latency
+/// uncovered (22.7 vs 18.6).
 const GEMV_BLOCKS_PER_UNIT: i64 = 2;
 /// Weights per staged chunk of a quantized GEMV row (`TANDEM_MV_GROUPS * 32` of gemv.hip).
 pub const GEMV_CHUNK: i64 = 2048;
