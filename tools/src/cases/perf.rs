@@ -110,6 +110,13 @@ pub fn cases(batched: bool) -> Vec<Case> {
         v.push(mul_mat(ty, 14336, 4096, 8));
         v.push(mul_mat(ty, 4096, 14336, 1));
     }
+    // Batched decode (several sequences or draft tokens): the multi-column GEMV.
+    for ty in [ElemType::Q8_0, ElemType::Q6K] {
+        v.push(mul_mat(ty, 14336, 4096, 8));
+    }
+    for n in [2, 4] {
+        v.push(mul_mat(ElemType::Q4_0, 14336, 4096, n));
+    }
     v.push(mul_mat(ElemType::Q6K, 32000, 4096, 1));
     // Narrow GEMVs (attention projections, small models): too few rows to fill a big GPU.
     for m in [1024, 2048, 3072] {
