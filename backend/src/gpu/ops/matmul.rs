@@ -208,9 +208,9 @@ pub const REGISTRATIONS: &[Registration] = registrations! {
 #[cfg(test)]
 mod tests {
     use super::super::matmul_launch::{
-        entries, gemm_config, gemv_act_bytes, gemv_config, gemv_fuses_quantize, gemv_shared_bytes, gemv_waves, has_mma,
-        mma_config, mma_entry, mma_tile, mmid_grouped_bytes, mmid_mma_config, mmid_mma_entry, quantize_config,
-        rows_per_wave, GEMM_FAMILY, GEMV_FAMILY, GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES,
+        entries, gemm_config, gemv_act_bytes, gemv_config, gemv_fuses_quantize, gemv_shared_bytes, gemv_stages,
+        gemv_waves, has_mma, mma_config, mma_entry, mma_tile, mmid_grouped_bytes, mmid_mma_config, mmid_mma_entry,
+        quantize_config, rows_per_wave, GEMM_FAMILY, GEMV_FAMILY, GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES,
     };
     use super::*;
     use crate::gpu::registry::accepting;
@@ -351,19 +351,27 @@ mod tests {
         assert_eq!(rows_per_wave(2113, 8, 132), 2);
         assert_eq!(rows_per_wave(14336, 8, 132), 7);
         assert_eq!(rows_per_wave(0, 0, 0), 1);
-        // Shared memory: a 2048-weight chunk per wave, plus the fused q8_1 columns.
-        assert_eq!(gemv_shared_bytes(ElemType::Q4_0, 8, None), 8 * 1152 + 16);
+        // Shared memory: a 2048-weight chunk per wave (two where several columns of a 32-value
+        // block type walk rows in pairs), plus the fused q8_1 columns.
+        let stages = |ty, n| gemv_stages(ty, n);
+        assert_eq!((stages(ElemType::Q4_0, 1), stages(ElemType::Q4_0, 2)), (1, 2));
+        assert_eq!((stages(ElemType::IQ4NL, 8), stages(ElemType::Q6K, 8)), (2, 1));
+        assert_eq!(gemv_shared_bytes(ElemType::Q4_0, 8, 1, None), 8 * 1152 + 16);
         assert_eq!(
-            gemv_shared_bytes(ElemType::Q8_0, 8, Some(gemv_act_bytes(4096, 1))),
+            gemv_shared_bytes(ElemType::Q8_0, 8, 1, Some(gemv_act_bytes(4096, 1))),
             8 * 2176 + 4096 + 1024 + 16
         );
-        assert_eq!(gemv_shared_bytes(ElemType::F16, 8, None), 0);
+        assert_eq!(
+            gemv_shared_bytes(ElemType::Q8_0, 8, 2, Some(gemv_act_bytes(1024, 2))),
+            8 * 2 * 2176 + 2048 + 512 + 16
+        );
+        assert_eq!(gemv_shared_bytes(ElemType::F16, 8, 2, None), 0);
         assert!(gemv_fuses_quantize(8192, 1) && gemv_fuses_quantize(1024, 8) && gemv_fuses_quantize(4096, 2));
         assert!(!gemv_fuses_quantize(14336, 1) && !gemv_fuses_quantize(4096, 8));
         // The largest fused block stays within 48 KiB on every wave size.
         for ty in TYPES {
             assert!(
-                gemv_shared_bytes(ty, 8, Some(GEMV_FUSED_ACT_BYTES)) <= 48 * 1024,
+                gemv_shared_bytes(ty, 8, 2, Some(GEMV_FUSED_ACT_BYTES)) <= 48 * 1024,
                 "{ty}"
             );
         }

@@ -6,8 +6,9 @@
 //!   per activation value. Only for GEMVs whose columns do not fit a block's shared memory.
 //! - `tandem_gemv_<type>_c1/_c8`, quantized: block 256, grid (ceil(m / (waves * rpw)),
 //!   batches); each wave walks up to `rpw` rows alone, the blocks striding over row groups (see
-//!   [`rows_per_wave`]), staged per wave in 2048-weight chunks (dynamic shared memory, see
-//!   [`gemv_shared_bytes`]) and summed with a wave reduction; when the block's q8_1 columns fit
+//!   [`rows_per_wave`]; several columns of a 32-value block type: rows in pairs), staged per
+//!   wave in 2048-weight chunks
+//!   (dynamic shared memory, see [`gemv_shared_bytes`]) and summed with a wave reduction; when the block's q8_1 columns fit
 //!   ([`gemv_fuses_quantize`]) the block quantizes them itself and the node is one launch. Float
 //!   weights: block 128, grid (ceil(m / rows), batches), `GEMV_FLOAT_ROWS` rows per block for
 //!   one column (else one), each thread loading several 16-byte vectors of every row at once.
@@ -57,7 +58,7 @@ pub const GEMV_CHUNK: i64 = 2048;
 /// Largest q8_1 copy of a block's columns (values plus scale pairs) quantized into shared memory
 /// by the GEMV itself: 8192 values, e.g. one column of k = 8192 or eight of k = 1024. Longer
 /// columns cost each block more than the separate quantize launch does. With the wave stages (at
-/// most 8 x 2176 bytes) it stays under the 48 KiB every device gives a block.
+/// most 8 x 2 x 2176 bytes) it stays under the 48 KiB every device gives a block.
 pub const GEMV_FUSED_ACT_BYTES: i64 = 8192 + 8192 / 32 * 8;
 pub const GEMM_THREADS: u32 = 256;
 pub const GEMM_TILE: i64 = 64;
@@ -401,14 +402,26 @@ pub fn gemv_fuses_quantize(k: i64, columns: i64) -> bool {
 /// 2 bytes past the last block of a chunk, `tandem_aligned_words` in gemv.hip).
 pub const GEMV_SHARED_PAD: i64 = 16;
 
-/// Dynamic shared memory of a GEMV block: one staged chunk per wave (quantized weights) plus
-/// the block's q8_1 columns when it quantizes them, plus [`GEMV_SHARED_PAD`].
-pub fn gemv_shared_bytes(ty: ElemType, waves: i64, fused_act: Option<i64>) -> u32 {
+/// Staged chunks per wave of a quantized GEMV of `ty` over `columns` columns: two where the
+/// multi-column kernel walks its rows in pairs (the 32-value block types, `tandem_mv_pairs` in
+/// gemv.hip), else one (one-column kernels `_c1` and MUL_MAT_ID, superblock types).
+pub fn gemv_stages(ty: ElemType, columns: i64) -> i64 {
+    if columns > 1 && ty.block_size() == 32 {
+        2
+    } else {
+        1
+    }
+}
+
+/// Dynamic shared memory of a GEMV block: `stages` staged chunks per wave (quantized weights,
+/// see [`gemv_stages`]) plus the block's q8_1 columns when it quantizes them, plus
+/// [`GEMV_SHARED_PAD`].
+pub fn gemv_shared_bytes(ty: ElemType, waves: i64, stages: i64, fused_act: Option<i64>) -> u32 {
     if !uses_q8_1(ty) {
         return 0;
     }
     let chunk = ty.row_size(GEMV_CHUNK).unwrap_or(0) as i64;
-    (waves * chunk + fused_act.unwrap_or(0) + GEMV_SHARED_PAD) as u32
+    (waves * stages * chunk + fused_act.unwrap_or(0) + GEMV_SHARED_PAD) as u32
 }
 
 /// One block per `per_block` rows and batch; callers have bounded both (predicates).
@@ -606,7 +619,8 @@ pub unsafe fn launch_gemv(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
         args.push(dptr(src1));
     }
     args.push(dptr(node.dst)).push(s);
-    let cfg = gemv_config(w.ty, s.m, s.batches(), per_block, gemv_shared_bytes(w.ty, waves, fused));
+    let shared = gemv_shared_bytes(w.ty, waves, gemv_stages(w.ty, s.n), fused);
+    let cfg = gemv_config(w.ty, s.m, s.batches(), per_block, shared);
     // SAFETY: the kernel's parameters are (w, [src1, aq, ads | src1], dst, tandem_mm_shape) as
     // pushed (aq = ads = null: the block quantizes src1 itself, with the shared memory counted
     // above); every row, column and output the grid reaches lies inside the tensors.
@@ -718,7 +732,13 @@ pub unsafe fn launch_mul_mat_id(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<
         args.push(dptr(src1));
     }
     args.push(dptr(ids)).push(dptr(node.dst)).push(s);
-    let cfg = gemv_config(w.ty, s.m, s.slots(), per_block, gemv_shared_bytes(w.ty, waves, fused));
+    let cfg = gemv_config(
+        w.ty,
+        s.m,
+        s.slots(),
+        per_block,
+        gemv_shared_bytes(w.ty, waves, 1, fused),
+    );
     // SAFETY: (w, [src1, aq, ads | src1], ids, dst, tandem_mmid_shape) as pushed; expert indices
     // are checked on the device before any weight is read.
     unsafe { ctx.stream.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu)
