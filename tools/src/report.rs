@@ -250,6 +250,8 @@ struct Bar {
     label: String,
     value: f64,
     peer: bool,
+    /// The rate of one plain read of the same bytes (perf-ops' read probe), same unit.
+    floor: Option<f64>,
 }
 
 /// Escapes text for SVG.
@@ -258,7 +260,8 @@ fn esc(s: &str) -> String {
 }
 
 /// A bar chart (hand-written SVG): achieved TB/s of every GEMV case (MUL_MAT with n=1), torch.mv
-/// beside them, and the copy rate as a dashed line.
+/// beside them, the copy rate as a dashed line, and over each tandem bar a tick at the rate of one
+/// plain read of the same bytes (GPU records).
 pub fn chart(r: &PerfReport, torch: Option<&TorchReport>) -> String {
     let (un, per) = unit(r);
     let mut bars: Vec<Bar> = Vec::new();
@@ -267,10 +270,15 @@ pub fn chart(r: &PerfReport, torch: Option<&TorchReport>) -> String {
             continue;
         };
         if sh.n == 1 && k.error.is_none() {
+            let floor = k
+                .read_us_median
+                .filter(|&us| us > 0.0)
+                .map(|us| k.bytes as f64 / (us * 1e-6) / 1e9 / per);
             bars.push(Bar {
                 label: format!("{} {}x{}", sh.ty, sh.m, sh.k),
                 value: g / per,
                 peer: false,
+                floor,
             });
         }
     }
@@ -280,11 +288,16 @@ pub fn chart(r: &PerfReport, torch: Option<&TorchReport>) -> String {
                 label: format!("torch.mv {} {}x{}", p.dtype, p.m, p.k),
                 value: p.gbps / per,
                 peer: true,
+                floor: None,
             });
         }
     }
     let ceiling = r.ceiling.gbps / per;
-    let top = bars.iter().map(|b| b.value).fold(ceiling, f64::max) * 1.1;
+    let top = bars
+        .iter()
+        .flat_map(|b| [b.value, b.floor.unwrap_or(0.0)])
+        .fold(ceiling, f64::max)
+        * 1.1;
     let step = nice_step(top / 6.0);
     let top = (top / step).ceil() * step;
     let (left, right, up, down) = (70.0, 20.0, 50.0, 150.0);
@@ -343,6 +356,16 @@ pub fn chart(r: &PerfReport, torch: Option<&TorchReport>) -> String {
             y(b.value) - 4.0,
             b.value
         );
+        if let Some(f) = b.floor {
+            let _ = writeln!(
+                s,
+                r##"<line x1="{:.1}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#111" stroke-width="2.5"/>"##,
+                x - 3.0,
+                x + bw + 3.0,
+                y(f),
+                y(f)
+            );
+        }
         let lx = x + bw / 2.0;
         let ly = up + plot_h + 12.0;
         let _ = writeln!(
@@ -386,6 +409,17 @@ pub fn chart(r: &PerfReport, torch: Option<&TorchReport>) -> String {
             left + 80.0,
             ly - 9.0,
             left + 94.0
+        );
+    }
+    if bars.iter().any(|b| b.floor.is_some()) {
+        let _ = writeln!(
+            s,
+            r##"<line x1="{:.1}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#111" stroke-width="2.5"/><text x="{:.1}" y="{ly:.1}">a plain read of the same bytes</text>"##,
+            left + 220.0,
+            left + 236.0,
+            ly - 4.0,
+            ly - 4.0,
+            left + 242.0
         );
     }
     s.push_str("</svg>\n");
@@ -514,6 +548,14 @@ mod tests {
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
         // Two tandem GEMVs + torch.mv + two legend squares + the background.
         assert_eq!(svg.matches("<rect").count(), 6, "{svg}");
+        // No read floors in the sample: no ticks, no legend entry.
+        assert!(!svg.contains("plain read"));
+        let mut with_floor = sample();
+        // 1 MB read in 0.4 us: 2.5 TB/s, drawn as one tick (and its legend line).
+        with_floor.cases[1].read_us_median = Some(0.4);
+        let floored = chart(&with_floor, None);
+        assert!(floored.contains("a plain read of the same bytes"));
+        assert_eq!(floored.matches(r##"stroke="#111""##).count(), 2, "{floored}");
         assert!(svg.contains("q4_0 14336x4096"));
         assert!(!svg.contains("n=512") && !svg.contains("DECODE"));
         assert!(svg.contains("copy rate 4.00 TB/s"));
