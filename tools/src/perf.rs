@@ -374,7 +374,8 @@ fn time_gpu(
         graphs.push(rebased(host_graph, host_base, a.ptr().0 as usize));
         allocs.push(a);
     }
-    let way = Some((runway.dst.ptr(), runway.src.ptr(), RUNWAY_BYTES));
+    let runway_copy = (runway.dst.ptr(), runway.src.ptr(), RUNWAY_BYTES);
+    let way = Some(runway_copy);
     // Each sample pairs an event-timed run behind the runway (device time) with a plain run of
     // the next copy (host wall time and the executor's stats, free of the runway's wait).
     let run = |i: usize| -> Result<Sample, String> {
@@ -399,10 +400,9 @@ fn time_gpu(
     let read_bytes = r.bytes.min(image.len());
     let mut read_us = Vec::with_capacity(r.reps);
     for i in 0..GPU_WARMUP + r.reps {
-        let (dst, src) = (runway.dst.ptr(), runway.src.ptr());
         // SAFETY: the probe reads `read_bytes` <= the allocation's length from its start; the
         // runway buffers are separate allocations of RUNWAY_BYTES each.
-        let ms = unsafe { g.read_timed(allocs[i % allocs.len()].ptr(), read_bytes, (dst, src, RUNWAY_BYTES)) }
+        let ms = unsafe { g.read_timed(allocs[i % allocs.len()].ptr(), read_bytes, runway_copy) }
             .map_err(|e| format!("read probe: {e}"))?;
         if i >= GPU_WARMUP {
             read_us.push(ms as f64 * 1e3);

@@ -31,6 +31,11 @@ pub struct GpuDevice {
     exec: Mutex<ExecState>,
 }
 
+/// Threads and 16-byte loads per thread of `tandem_read_probe` (`TANDEM_READ_PROBE_THREADS`,
+/// `TANDEM_READ_PROBE_UNROLL` of copy.hip).
+const READ_PROBE_THREADS: u32 = 256;
+const READ_PROBE_UNROLL: usize = 4;
+
 struct ExecState {
     stream: Stream,
     scratch: Scratch,
@@ -401,22 +406,48 @@ impl GpuDevice {
         Ok((stats, ms.unwrap_or(0.0)))
     }
 
+    /// Device time in milliseconds of what `queue` puts on the stream, from events recorded
+    /// around it; `before` = (dst, src, bytes) is a device-to-device copy queued ahead of the
+    /// start event (a runway, as in [`Self::compute_timed`]).
+    ///
+    /// # Safety
+    /// `before`'s ranges are device memory of this device; `queue` queues only work whose
+    /// contract its caller meets.
+    unsafe fn events_around(
+        &self,
+        before: Option<(DevicePtr, DevicePtr, usize)>,
+        queue: impl FnOnce(&Stream) -> GpuResult<()>,
+    ) -> GpuResult<f32> {
+        let start = self.ctx.event()?;
+        let end = self.ctx.event()?;
+        let st = self.state();
+        self.ctx.bind()?;
+        if let Some((dst, src, bytes)) = before {
+            // SAFETY: forwarded contract.
+            unsafe { self.ctx.runtime().copy_dtod_async(dst, src, bytes, st.stream.raw()) }.map_err(|mut e| {
+                e.message = format!("runway copy: {}", e.message);
+                e
+            })?;
+        }
+        start.record(&st.stream)?;
+        queue(&st.stream)?;
+        end.record(&st.stream)?;
+        st.stream.synchronize()?;
+        start.elapsed_ms(&end)
+    }
+
     /// Device time in milliseconds of one device-to-device copy of `bytes`, from events recorded
     /// around it on the stream (the copy rate benchmarks compare with).
     ///
     /// # Safety
     /// Both ranges are device memory of this device.
     pub unsafe fn copy_timed(&self, dst: DevicePtr, src: DevicePtr, bytes: usize) -> GpuResult<f32> {
-        let start = self.ctx.event()?;
-        let end = self.ctx.event()?;
-        let st = self.state();
-        self.ctx.bind()?;
-        start.record(&st.stream)?;
         // SAFETY: forwarded contract.
-        unsafe { self.ctx.runtime().copy_dtod_async(dst, src, bytes, st.stream.raw())? };
-        end.record(&st.stream)?;
-        st.stream.synchronize()?;
-        start.elapsed_ms(&end)
+        unsafe {
+            self.events_around(None, |stream| {
+                self.ctx.runtime().copy_dtod_async(dst, src, bytes, stream.raw())
+            })
+        }
     }
 
     /// Device time in milliseconds of reading the `bytes` at `src` once with `tandem_read_probe`
@@ -433,42 +464,25 @@ impl GpuDevice {
         bytes: usize,
         runway: (DevicePtr, DevicePtr, usize),
     ) -> Result<f32, String> {
-        const THREADS: u32 = 256;
-        const WORDS_PER_BLOCK: usize = THREADS as usize * 4;
         let f = self
             .kernels
             .function("copy", "tandem_read_probe")
             .map_err(|e| e.to_string())?;
         let n16 = bytes / 16;
-        let blocks = n16.div_ceil(WORDS_PER_BLOCK).max(1);
+        let blocks = n16.div_ceil(READ_PROBE_THREADS as usize * READ_PROBE_UNROLL).max(1);
         let grid_x = u32::try_from(blocks).map_err(|_| format!("read probe: {bytes} bytes is too many"))?;
-        let start = self.ctx.event().map_err(|e| e.to_string())?;
-        let end = self.ctx.event().map_err(|e| e.to_string())?;
-        let st = self.state();
-        self.ctx.bind().map_err(|e| e.to_string())?;
-        let (way_dst, way_src, way_bytes) = runway;
-        // SAFETY: forwarded contract.
-        unsafe {
-            self.ctx
-                .runtime()
-                .copy_dtod_async(way_dst, way_src, way_bytes, st.stream.raw())
-        }
-        .map_err(|e| format!("runway copy: {e}"))?;
-        start.record(&st.stream).map_err(|e| e.to_string())?;
         let mut args = KernelArgs::new();
-        args.push(src).push(n16 as i64).push(0x9e37_79b9u32).push(way_dst);
+        args.push(src).push(n16 as i64).push(0x9e37_79b9u32).push(runway.0);
         let cfg = LaunchConfig {
             grid: [grid_x, 1, 1],
-            block: [THREADS, 1, 1],
+            block: [READ_PROBE_THREADS, 1, 1],
             shared_bytes: 0,
         };
-        // SAFETY: the kernel takes (const uint4*, i64, u32, u32*) as pushed; it reads the n16
-        // whole 16-byte words from src (inside the caller's range) and may write 4 bytes at the
-        // runway's destination, which holds `way_bytes` >= 4 bytes.
-        unsafe { st.stream.launch(&f, cfg, &mut args) }.map_err(|e| e.to_string())?;
-        end.record(&st.stream).map_err(|e| e.to_string())?;
-        st.stream.synchronize().map_err(|e| e.to_string())?;
-        start.elapsed_ms(&end).map_err(|e| e.to_string())
+        // SAFETY: the runway is the caller's; the kernel takes (const uint4*, i64, u32, u32*) as
+        // pushed; it reads the n16 whole 16-byte words from src (inside the caller's range) and
+        // may write 4 bytes at the runway's destination, which holds its bytes (>= 4).
+        unsafe { self.events_around(Some(runway), |stream| stream.launch(&f, cfg, &mut args)) }
+            .map_err(|e| e.to_string())
     }
 
     /// Runs `g` whose tensors all live in `host` (an image of `host.len()` bytes at host address
@@ -493,5 +507,21 @@ impl GpuDevice {
         // SAFETY: as the write above.
         unsafe { self.read(dev.ptr(), host) }.map_err(|e| e.to_string())?;
         Ok(stats)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{READ_PROBE_THREADS, READ_PROBE_UNROLL};
+
+    #[test]
+    fn read_probe_geometry_matches_its_kernel() {
+        let src = tandem_kernels_hip::find("copy").unwrap().source;
+        for text in [
+            format!("#define TANDEM_READ_PROBE_THREADS {READ_PROBE_THREADS}\n"),
+            format!("#define TANDEM_READ_PROBE_UNROLL {READ_PROBE_UNROLL}\n"),
+        ] {
+            assert!(src.contains(&text), "{text}");
+        }
     }
 }

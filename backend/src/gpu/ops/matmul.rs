@@ -353,9 +353,8 @@ mod tests {
         assert_eq!(rows_per_wave(0, 0, 0), 1);
         // Shared memory: a 2048-weight chunk per wave (two where several columns of a 32-value
         // block type walk rows in pairs), plus the fused q8_1 columns.
-        let stages = |ty, n| gemv_stages(ty, n);
-        assert_eq!((stages(ElemType::Q4_0, 1), stages(ElemType::Q4_0, 2)), (1, 2));
-        assert_eq!((stages(ElemType::IQ4NL, 8), stages(ElemType::Q6K, 8)), (2, 1));
+        assert_eq!((gemv_stages(ElemType::Q4_0, 1), gemv_stages(ElemType::Q4_0, 2)), (1, 2));
+        assert_eq!((gemv_stages(ElemType::IQ4NL, 8), gemv_stages(ElemType::Q6K, 8)), (2, 1));
         assert_eq!(gemv_shared_bytes(ElemType::Q4_0, 8, 1, None), 8 * 1152 + 16);
         assert_eq!(
             gemv_shared_bytes(ElemType::Q8_0, 8, 1, Some(gemv_act_bytes(4096, 1))),
@@ -481,6 +480,8 @@ mod tests {
             (gemv, format!("#define TANDEM_MV_THREADS {GEMV_THREADS}\n")),
             (gemv, format!("#define TANDEM_MV_GROUPS {}\n", GEMV_CHUNK / 32)),
             (gemv, format!("#define TANDEM_MV_FLOAT_ROWS {GEMV_FLOAT_ROWS}\n")),
+            // gemv_stages gives two stages to the types whose multi-column walk goes in pairs.
+            (gemv, "static constexpr bool value = T::QK == 32;".to_string()),
             (gemm, format!("#define TANDEM_MM_THREADS {GEMM_THREADS}\n")),
             (gemm, format!("#define TANDEM_MM_BM {GEMM_TILE}\n")),
             (gemm, format!("#define TANDEM_MM_BN {GEMM_TILE}\n")),

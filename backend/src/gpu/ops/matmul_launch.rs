@@ -7,9 +7,9 @@
 //! - `tandem_gemv_<type>_c1/_c8`, quantized: block 256, grid (ceil(m / (waves * rpw)),
 //!   batches); each wave walks up to `rpw` rows alone, the blocks striding over row groups (see
 //!   [`rows_per_wave`]; several columns of a 32-value block type: rows in pairs), staged per
-//!   wave in 2048-weight chunks
-//!   (dynamic shared memory, see [`gemv_shared_bytes`]) and summed with a wave reduction; when the block's q8_1 columns fit
-//!   ([`gemv_fuses_quantize`]) the block quantizes them itself and the node is one launch. Float
+//!   wave in 2048-weight chunks (dynamic shared memory, see [`gemv_shared_bytes`]) and summed
+//!   with a wave reduction; when the block's q8_1 columns fit ([`gemv_fuses_quantize`]) the
+//!   block quantizes them itself and the node is one launch. Float
 //!   weights: block 128, grid (ceil(m / rows), batches), `GEMV_FLOAT_ROWS` rows per block for
 //!   one column (else one), each thread loading several 16-byte vectors of every row at once.
 //! - `tandem_mul_mat_id_<type>`: as the GEMV of its type, grid.y = n_used * n_tokens.
