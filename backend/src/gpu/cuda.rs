@@ -25,6 +25,7 @@ symbol_table! {
         cuModuleLoadData: fn(*mut Ptr, *const c_void) -> i32;
         cuModuleUnload: fn(Ptr) -> i32;
         cuModuleGetFunction: fn(*mut Ptr, Ptr, *const c_char) -> i32;
+        cuFuncSetAttribute: fn(Ptr, i32, i32) -> i32;
         cuLaunchKernel: fn(Ptr, u32, u32, u32, u32, u32, u32, u32, Ptr, *mut *mut c_void, *mut *mut c_void) -> i32;
         cuMemAlloc_v2: fn(*mut u64, usize) -> i32;
         cuMemFree_v2: fn(u64) -> i32;
@@ -60,6 +61,10 @@ const ATTR_CC_MINOR: i32 = 76;
 const MEMHOSTALLOC_PORTABLE: u32 = 0x01;
 const MEMHOSTALLOC_DEVICEMAP: u32 = 0x02;
 const STREAM_NON_BLOCKING: u32 = 0x1;
+// CUfunction_attribute: the most dynamic shared memory a launch may ask for.
+const FUNC_MAX_DYNAMIC_SHARED: i32 = 8;
+/// Dynamic shared memory every launch may take without raising its function's limit.
+const DEFAULT_DYNAMIC_SHARED: u32 = 48 * 1024;
 const EVENT_DEFAULT: u32 = 0x0;
 
 /// The sonames the driver is looked for under (`libcuda.so` only exists with a dev package).
@@ -241,6 +246,12 @@ impl GpuRuntime for CudaRuntime {
     ) -> GpuResult<()> {
         let [gx, gy, gz] = cfg.grid;
         let [bx, by, bz] = cfg.block;
+        if cfg.shared_bytes > DEFAULT_DYNAMIC_SHARED {
+            // SAFETY: a live function handle; the driver checks the value against the device.
+            let code =
+                unsafe { (self.sys.cuFuncSetAttribute)(function.0, FUNC_MAX_DYNAMIC_SHARED, cfg.shared_bytes as i32) };
+            self.check("cuFuncSetAttribute", code)?;
+        }
         // SAFETY: the caller guarantees `params` matches the kernel's parameter list.
         let code = unsafe {
             (self.sys.cuLaunchKernel)(

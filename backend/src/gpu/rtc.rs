@@ -243,6 +243,18 @@ impl Drop for Program<'_> {
     }
 }
 
+/// The NVRTC target for a device of compile target `arch`: Hopper (`sm_90`) gets its
+/// architecture-specific `sm_90a`, which the warpgroup mma of `mma.hip` needs (the code then
+/// loads on sm_90 devices only, which is what it is compiled for), where the compiler knows it
+/// (NVRTC 12.0 and newer).
+pub fn nvrtc_target(arch: &str, version: (i32, i32)) -> String {
+    if arch == "sm_90" && version.0 >= 12 {
+        "sm_90a".into()
+    } else {
+        arch.into()
+    }
+}
+
 fn cstring(program: &str, what: &str, s: &str) -> Result<CString, CompileError> {
     CString::new(s).map_err(|_| CompileError {
         program: program.to_string(),
@@ -262,7 +274,10 @@ impl KernelCompiler for RtcCompiler {
 
     fn arch_options(&self, arch: &str) -> Vec<String> {
         match self.kind {
-            RuntimeKind::Cuda => vec![format!("--gpu-architecture={arch}"), "-std=c++17".into()],
+            RuntimeKind::Cuda => vec![
+                format!("--gpu-architecture={}", nvrtc_target(arch, self.version)),
+                "-std=c++17".into(),
+            ],
             RuntimeKind::Hip => vec![format!("--offload-arch={arch}"), "-std=c++17".into(), "-O3".into()],
         }
     }
@@ -346,5 +361,19 @@ impl KernelCompiler for RtcCompiler {
             ));
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nvrtc_target;
+
+    #[test]
+    fn hopper_gets_its_feature_target_where_nvrtc_knows_it() {
+        assert_eq!(nvrtc_target("sm_90", (13, 0)), "sm_90a");
+        assert_eq!(nvrtc_target("sm_90", (12, 0)), "sm_90a");
+        assert_eq!(nvrtc_target("sm_90", (11, 8)), "sm_90");
+        assert_eq!(nvrtc_target("sm_89", (13, 0)), "sm_89");
+        assert_eq!(nvrtc_target("sm_100", (13, 0)), "sm_100");
     }
 }
