@@ -15,6 +15,9 @@ pub struct Config {
     pub log_dispatch: bool,
     /// `TANDEM_STATS=1`: print per-graph statistics.
     pub stats: bool,
+    /// `TANDEM_F16_PREFILL=1`: prefill of the 32-value block types on the Hopper f16 GEMM with f16
+    /// activations (faster; no longer the CPU's q8 rounding of the activations).
+    pub f16_prefill: bool,
 }
 
 impl Config {
@@ -34,6 +37,7 @@ impl Config {
                 .unwrap_or_default(),
             log_dispatch: flag("TANDEM_LOG_DISPATCH"),
             stats: flag("TANDEM_STATS"),
+            f16_prefill: flag("TANDEM_F16_PREFILL"),
         }
     }
 
@@ -63,7 +67,8 @@ mod tests {
             "TANDEM_HOST_DEVICE" => Some("0".into()),
             _ => None,
         });
-        assert!(c.stats && !c.log_dispatch);
+        assert!(c.stats && !c.log_dispatch && !c.f16_prefill);
+        assert!(Config::from_lookup(|k| (k == "TANDEM_F16_PREFILL").then(|| "1".into())).f16_prefill);
         assert_eq!(c.host_device, Some(false));
         assert!(c.is_disabled("hip.rope"));
         assert!(c.is_disabled("hip.gemv_q4_0"));

@@ -22,6 +22,9 @@
 // f16 path: 128 x 64 tiles, k steps of 32 with three in flight (cp.async); weights are copied
 // as they are, activations come from an f16 copy of src1 (tandem_mma_f16_copy: rounded to f16,
 // which is what the CPU's f16 dot products see), m16n8k16 mma with f32 accumulation.
+//
+// Hopper (sm_90a) path: tandem_wgmma_f16 and tandem_wgmma_<type> for the 32-value block types,
+// warpgroup mma on 128 x 256 tiles against the same f16 copy of src1; see "f16 path, Hopper".
 #include "tandem_hip.h"
 #include "tandem_quant.h"
 
@@ -416,6 +419,21 @@ TANDEM_DEVICE u32 tandem_smem_addr(const void* p) {
     return a;
 #else
     return (u32)(u64)p;
+#endif
+}
+// The same with the shared-memory destination given as a shared address.
+TANDEM_DEVICE void tandem_cp16s(u32 dst, const void* src, int bytes) {
+#if defined(TANDEM_MMA_ENABLED)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes));
+#else
+    for (int i = 0; i < 16; ++i) ((u8*)(u64)dst)[i] = i < bytes ? ((const u8*)src)[i] : 0;
+#endif
+}
+TANDEM_DEVICE void tandem_cp4s(u32 dst, const void* src, int bytes) {
+#if defined(TANDEM_MMA_ENABLED)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(bytes));
+#else
+    for (int i = 0; i < 4; ++i) ((u8*)(u64)dst)[i] = i < bytes ? ((const u8*)src)[i] : 0;
 #endif
 }
 TANDEM_DEVICE void tandem_cp8(void* dst, const void* src, int bytes) {
@@ -915,6 +933,423 @@ TANDEM_DEVICE void tandem_mma_f16_tile(const char* w, const u16* xh, char* dst, 
     tandem_mma_store(acc, cols, s.m, row0 + wm * 32, wn * 32);
 }
 
+// ---------------------------------------------------------------- f16 path, Hopper
+// f16 weights x the f16 copy of the activations with warpgroup mma (sm_90a: wgmma reads both
+// operands from shared memory through descriptors and runs asynchronously to the issuing
+// threads). Block = 256 threads, two warpgroups; tile TANDEM_WGMMA_BM (128) rows x
+// TANDEM_WGMMA_BN columns, warpgroup g taking rows 64 g .. 64 g + 64 against every column. k
+// steps of 64 values: a step holds one 128-byte row per weight row and per activation column,
+// stored with the 128-byte swizzle the descriptors name (16-byte piece j of row r at piece
+// j ^ (r % 8), every tile 1024-byte aligned), so each k16 slice of the step is the same
+// descriptor 32 bytes further on. TANDEM_WGMMA_STAGES steps live in dynamic shared memory:
+// cp.async fills step s + STAGES - 2 while the mma of step s is issued and that of step s - 1
+// may still be running. Weight rows and k must be whole 16-byte pieces (the host checks;
+// tandem_mma_f16 takes the rest). Accumulators: thread i of warpgroup g holds, for each 8
+// columns j, rows 64 g + 16 (i / 32) + (i % 32) / 4 (+ 8) x columns 8 j + 2 (i % 4) (+ 1).
+
+#if defined(TANDEM_NVIDIA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define TANDEM_WGMMA_ENABLED 1
+#endif
+
+#define TANDEM_WGMMA_THREADS 256
+#define TANDEM_WGMMA_BM 128
+#define TANDEM_WGMMA_BN 256
+#define TANDEM_WGMMA_STAGES 4
+#define TANDEM_WGMMA_QSTAGES 4
+#define TANDEM_WGMMA_BK 64
+// Bytes of one step's weight rows and of its activation columns. The launch gives the block
+// STAGES * (A_BYTES + B_BYTES) + 1024 bytes of dynamic shared memory (room to align the first
+// step to 1024 bytes): `WGMMA_SHARED` in matmul_launch.rs.
+#define TANDEM_WGMMA_A_BYTES (TANDEM_WGMMA_BM * TANDEM_WGMMA_BK * 2)
+#define TANDEM_WGMMA_B_BYTES (TANDEM_WGMMA_BN * TANDEM_WGMMA_BK * 2)
+
+// Shared-memory matrix descriptor of a K-major tile with the 128-byte swizzle at p: start
+// address / 16 (bits 0-13), leading offset 16 bytes (bits 16-29; unused by this layout), 1024
+// bytes between groups of eight rows (bits 32-45), swizzle mode 1 = 128 bytes (bits 62-63).
+TANDEM_DEVICE u64 tandem_wgmma_desc(const u8* p) {
+    const u64 a = tandem_smem_addr(p);
+    return ((a & 0x3ffffu) >> 4) | (1ull << 16) | ((u64)(1024 >> 4) << 32) | (1ull << 62);
+}
+TANDEM_DEVICE void tandem_wgmma_fence() {
+#if defined(TANDEM_WGMMA_ENABLED)
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#endif
+}
+TANDEM_DEVICE void tandem_wgmma_commit() {
+#if defined(TANDEM_WGMMA_ENABLED)
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#endif
+}
+// Waits until at most N committed wgmma groups of this warpgroup are still running.
+template <int N>
+TANDEM_DEVICE void tandem_wgmma_wait() {
+#if defined(TANDEM_WGMMA_ENABLED)
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+#endif
+}
+// Makes this thread's finished cp.async writes visible to wgmma's (async proxy) reads.
+TANDEM_DEVICE void tandem_wgmma_proxy_fence() {
+#if defined(TANDEM_WGMMA_ENABLED)
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+// Keeps the compiler from moving accumulator reads or writes across a wgmma issue or wait.
+template <int N>
+TANDEM_DEVICE void tandem_wgmma_hold(float (&d)[N]) {
+#if defined(TANDEM_WGMMA_ENABLED)
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+#endif
+}
+
+// D (64 x 128, f32, 64 per thread) += A (64 x 16) * B (128 x 16)^T, both f16 in shared memory
+// (descriptors), both K-major.
+TANDEM_DEVICE void tandem_wgmma_128(float (&d)[64], u64 da, u64 db) {
+#if defined(TANDEM_WGMMA_ENABLED)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                 "}, %64, %65, p, 1, 1, 0, 0;\n}"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(da), "l"(db), "r"(1));
+#endif
+}
+
+// D (64 x 256, f32, 128 per thread) += A (64 x 16) * B (256 x 16)^T, both f16 in shared memory
+// (descriptors), both K-major.
+TANDEM_DEVICE void tandem_wgmma_256(float (&d)[128], u64 da, u64 db) {
+#if defined(TANDEM_WGMMA_ENABLED)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+                 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+                 "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+                 "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+                 "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+                 "}, %128, %129, p, 1, 1, 0, 0;\n}"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+                   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+                   "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+                   "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+                   "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+                   "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+                   "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+                   "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+                   "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                 : "l"(da), "l"(db), "r"(1));
+#endif
+}
+
+
+TANDEM_DEVICE void tandem_wgmma_tile_mma(float (&d)[TANDEM_WGMMA_BN / 2], u64 da, u64 db) {
+#if TANDEM_WGMMA_BN == 256
+    tandem_wgmma_256(d, da, db);
+#else
+    tandem_wgmma_128(d, da, db);
+#endif
+}
+
+// How many of a thread's `most` copy rows, 32 apart, lie among the `left` rows from its first.
+TANDEM_DEVICE int tandem_wgmma_lim(i64 left, int most) {
+    const i64 v = left <= 0 ? 0 : (left + 31) / 32;
+    return v < most ? (int)v : most;
+}
+
+// Byte offset in a swizzled step tile of 16-byte piece `piece` of row `r`.
+TANDEM_DEVICE int tandem_wgmma_at(int r, int piece) { return r * 128 + ((piece ^ (r % 8)) << 4); }
+
+// Queues ROWS (a multiple of 32) rows of k step `st` into the swizzled tile at `tile`: thread t
+// copies 16-byte piece t % 8 of rows t / 8 + 32 i (src + i * step; rows i >= lim are past the
+// matrix); pieces past the matrix or past k are zero.
+template <int ROWS>
+TANDEM_DEVICE void tandem_wgmma_copy(u8* tile, const u8* src, i64 step, int lim, i64 k, i64 st, const u8* any) {
+    const int t = threadIdx.x, piece = t % 8;
+    const u32 at = tandem_smem_addr(tile) + tandem_wgmma_at(t / 8, piece);
+    const i64 kk = st * TANDEM_WGMMA_BK + 8 * piece;
+    const int n = kk < k ? 16 : 0;
+    const u8* p = src + kk * 2;
+#pragma unroll
+    for (int i = 0; i < ROWS / 32; ++i) {
+        tandem_cp16s(at + i * 32 * 128, i < lim ? p : any, i < lim ? n : 0);
+        p += step;
+    }
+}
+
+// The activation columns a thread copies: column col0 + t / 8 + 32 i of batch b in the f16 copy.
+struct tandem_wgmma_cols {
+    const u8* x;
+    i64 step;
+    int lim;
+    __device__ tandem_wgmma_cols(const u16* xh, i64 b, const tandem_mm_shape& s, i64 col0) {
+        const int r = threadIdx.x / 8;
+        x = (const u8*)(xh + b * s.n * s.k) + (col0 + r) * s.k * 2;
+        step = 32 * s.k * 2;
+        lim = tandem_wgmma_lim(s.n - col0 - r, TANDEM_WGMMA_BN / 32);
+    }
+};
+
+// Issues the mma of one k step (four k16 slices) of this warpgroup's 64 rows at sa against the
+// step's columns at sb.
+TANDEM_DEVICE void tandem_wgmma_issue(float (&acc)[TANDEM_WGMMA_BN / 2], const u8* sa, const u8* sb) {
+    tandem_wgmma_hold(acc);
+    tandem_wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < TANDEM_WGMMA_BK / 16; ++j) {
+        tandem_wgmma_tile_mma(acc, tandem_wgmma_desc(sa + 32 * j), tandem_wgmma_desc(sb + 32 * j));
+    }
+    tandem_wgmma_commit();
+}
+
+
+// Waits for the last mma and writes warpgroup g's part of the tile (rows and columns past m, n
+// are skipped).
+TANDEM_DEVICE void tandem_wgmma_store(float (&acc)[TANDEM_WGMMA_BN / 2], char* out, const tandem_mm_shape& s, i64 row0,
+                                      i64 col0) {
+    tandem_wgmma_wait<0>();
+    tandem_wgmma_hold(acc);
+    tandem_cp_wait<0>();
+#if !defined(TANDEM_WGMMA_ENABLED)
+#pragma unroll
+    for (int i = 0; i < TANDEM_WGMMA_BN / 2; ++i) acc[i] = __int_as_float(0x7fc00000);
+#endif
+    const int g = threadIdx.x / 128, i = threadIdx.x % 128;
+    const i64 rr = row0 + 64 * g + 16 * (i / 32) + (i % 32) / 4;
+#pragma unroll
+    for (int j = 0; j < TANDEM_WGMMA_BN / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const i64 row = rr + (e >= 2 ? 8 : 0), col = col0 + 8 * j + 2 * (i % 4) + (e & 1);
+            if (row < s.m && col < s.n) *(float*)(out + col * s.nb1 + row * 4) = acc[4 * j + e];
+        }
+    }
+}
+
+// The block's first step, 1024-byte aligned, in its dynamic shared memory.
+TANDEM_DEVICE u8* tandem_wgmma_base(u8* smem) {
+    return smem + ((1024u - (tandem_smem_addr(smem) & 1023u)) & 1023u);
+}
+
+TANDEM_DEVICE void tandem_wgmma_f16_tile(const char* w, const u16* xh, char* dst, const tandem_mm_shape& s) {
+    extern __shared__ __align__(1024) u8 tandem_wgmma_smem[];
+    static_assert(TANDEM_WGMMA_THREADS == 256 && TANDEM_WGMMA_BK == 64, "two warpgroups; 128-byte step rows");
+    static_assert(TANDEM_WGMMA_STAGES >= 3, "a step in flight beside the one in use and the one draining");
+    u8* base = tandem_wgmma_base(tandem_wgmma_smem);
+    const i64 b = blockIdx.z;
+    if (b >= s.ne12 * s.ne13) return;
+    const i64 i12 = b % s.ne12, i13 = b / s.ne12;
+    const i64 row0 = (i64)blockIdx.y * TANDEM_WGMMA_BM, col0 = (i64)blockIdx.x * TANDEM_WGMMA_BN;
+    const u8* wb = (const u8*)w + (i12 / s.r2) * s.nb02 + (i13 / s.r3) * s.nb03;
+    const int r = threadIdx.x / 8;
+    const int alim = tandem_wgmma_lim(s.m - row0 - r, TANDEM_WGMMA_BM / 32);
+    const u8* a = wb + (row0 + r) * s.nb01;
+    const i64 astep = 32 * s.nb01;
+    const tandem_wgmma_cols x(xh, b, s, col0);
+    constexpr int STAGE = TANDEM_WGMMA_A_BYTES + TANDEM_WGMMA_B_BYTES;
+    static_assert(STAGE % 1024 == 0 && TANDEM_WGMMA_A_BYTES % 1024 == 0, "swizzled tiles start 1024-byte aligned");
+    const i64 steps = (s.k + TANDEM_WGMMA_BK - 1) / TANDEM_WGMMA_BK;
+#pragma unroll
+    for (int st = 0; st < TANDEM_WGMMA_STAGES - 2; ++st) {
+        if (st < steps) {
+            tandem_wgmma_copy<TANDEM_WGMMA_BM>(base + st * STAGE, a, astep, alim, s.k, st, wb);
+            tandem_wgmma_copy<TANDEM_WGMMA_BN>(base + st * STAGE + TANDEM_WGMMA_A_BYTES, x.x, x.step, x.lim, s.k, st, wb);
+        }
+        tandem_cp_commit();
+    }
+    float acc[TANDEM_WGMMA_BN / 2];
+#pragma unroll
+    for (int i = 0; i < TANDEM_WGMMA_BN / 2; ++i) acc[i] = 0.0f;
+    const int g = threadIdx.x / 128;
+    for (i64 st = 0; st < steps; ++st) {
+        tandem_cp_wait<TANDEM_WGMMA_STAGES - 3>();
+        tandem_wgmma_proxy_fence();
+        // Step st is in for every thread; every warpgroup's mma of step st - 2 has finished (the
+        // wait in the step before), so its stage takes step st + STAGES - 2.
+        __syncthreads();
+        const u8* stage = base + (int)(st % TANDEM_WGMMA_STAGES) * STAGE;
+        tandem_wgmma_issue(acc, stage + g * 64 * 128, stage + TANDEM_WGMMA_A_BYTES);
+        const i64 next = st + TANDEM_WGMMA_STAGES - 2;
+        if (next < steps) {
+            u8* nstage = base + (int)(next % TANDEM_WGMMA_STAGES) * STAGE;
+            tandem_wgmma_copy<TANDEM_WGMMA_BM>(nstage, a, astep, alim, s.k, next, wb);
+            tandem_wgmma_copy<TANDEM_WGMMA_BN>(nstage + TANDEM_WGMMA_A_BYTES, x.x, x.step, x.lim, s.k, next, wb);
+        }
+        tandem_cp_commit();
+        tandem_wgmma_wait<1>();
+        tandem_wgmma_hold(acc);
+    }
+    tandem_wgmma_store(acc, dst + i12 * s.nb2 + i13 * s.nb3, s, row0, col0);
+}
+
+// Weights in 32-value blocks (the frag() types above) x the f16 copy of the activations: as the
+// f16 tile, but each step's raw weight blocks (two per row, 2 * BYTES bytes, 4-byte aligned: the
+// host asks for k % 64 == 0 and 4-byte aligned rows) are copied with 4-byte cp.async, one step
+// ahead of the activations (group j holds the activations of step j and the raw blocks of step
+// j + 1), and while the mma of step s runs every thread converts one (row, block) pair of step
+// s + 1 to f16 (d * q + m, rounded once: tandem_wgmma_h4) into the next of three swizzled weight tiles; the
+// barrier at the top of step s + 1 hands that tile to the mma. Shared memory: the three weight
+// tiles, then TANDEM_WGMMA_QSTAGES stages of activations and raw weights (padded to 1024 bytes).
+template <typename T>
+struct tandem_wgmma_qlayout {
+    static constexpr int RAW_ROW = 2 * T::BYTES;
+    static constexpr int WORDS = TANDEM_WGMMA_BM * RAW_ROW / 4;
+    // The raw blocks padded to 1024 bytes: every stage's activation tile stays 1024-byte
+    // aligned, as the swizzled descriptors need.
+    static constexpr int STAGE = TANDEM_WGMMA_B_BYTES + (TANDEM_WGMMA_BM * RAW_ROW + 1023) / 1024 * 1024;
+    static constexpr int STAGES_AT = 3 * TANDEM_WGMMA_A_BYTES;
+    static_assert(STAGE % 1024 == 0 && STAGES_AT % 1024 == 0, "swizzled tiles start 1024-byte aligned");
+};
+
+// The raw weight words a thread copies each step: word u = t + 256 j of the step's rows (row
+// after row, RAW_ROW / 4 words each), at byte offset off[j] from the step's start in row 0;
+// bit j of `in` says whether the word is a copy (its row inside m, u inside the step).
+template <typename T>
+struct tandem_wgmma_raw {
+    using L = tandem_wgmma_qlayout<T>;
+    static constexpr int J = (L::WORDS + TANDEM_WGMMA_THREADS - 1) / TANDEM_WGMMA_THREADS;
+    i64 off[J];
+    u32 in;
+    __device__ tandem_wgmma_raw(i64 nb01, i64 rows) {
+        in = 0;
+#pragma unroll
+        for (int j = 0; j < J; ++j) {
+            const int u = threadIdx.x + j * TANDEM_WGMMA_THREADS;
+            const int r = u / (L::RAW_ROW / 4), word = u % (L::RAW_ROW / 4);
+            off[j] = r * nb01 + 4 * word;
+            if (u < L::WORDS && r < rows) in |= 1u << j;
+        }
+    }
+    // Queues the raw blocks of step `st` (rows from row0p) into `raw`.
+    __device__ void copy(u8* raw, const u8* row0p, i64 st) const {
+        const u32 sraw = tandem_smem_addr(raw) + 4 * threadIdx.x;
+        const u8* first = row0p + st * L::RAW_ROW;
+#pragma unroll
+        for (int j = 0; j < J; ++j) {
+            if (threadIdx.x + j * TANDEM_WGMMA_THREADS < L::WORDS) {
+                const bool ok = (in >> j) & 1u;
+                tandem_cp4s(sraw + 4 * j * TANDEM_WGMMA_THREADS, ok ? first + off[j] : row0p, ok ? 4 : 0);
+            }
+        }
+    }
+};
+
+// Four signed bytes q as f16 d * q + m (one rounding each), two per word: the bytes are made
+// unsigned (q + 128), put under the f16 exponent of 1024 (0x64XX = 1024 + byte, exact), less
+// 1152 (exact: the small integer q), then d * q + m in one f16x2 fma.
+TANDEM_DEVICE void tandem_wgmma_h4(u32 q, u32 d2, u32 m2, u32& h01, u32& h23) {
+#if defined(TANDEM_WGMMA_ENABLED)
+    const u32 u = q ^ 0x80808080u;
+    u32 a, b;
+    asm("prmt.b32 %0, %1, 0x64646464, 0x5150;" : "=r"(a) : "r"(u));
+    asm("prmt.b32 %0, %1, 0x64646464, 0x5352;" : "=r"(b) : "r"(u));
+    asm("sub.f16x2 %0, %1, %2;" : "=r"(a) : "r"(a), "r"(0x64806480u));
+    asm("sub.f16x2 %0, %1, %2;" : "=r"(b) : "r"(b), "r"(0x64806480u));
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(h01) : "r"(a), "r"(d2), "r"(m2));
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(h23) : "r"(b), "r"(d2), "r"(m2));
+#else
+    const float d = tandem_f16_to_f32((u16)d2), m = tandem_f16_to_f32((u16)m2);
+    u16 h[4];
+    for (int e = 0; e < 4; ++e) h[e] = tandem_f32_to_f16(d * (float)(i8)(q >> (8 * e)) + m);
+    h01 = (u32)h[0] | ((u32)h[1] << 16);
+    h23 = (u32)h[2] | ((u32)h[3] << 16);
+#endif
+}
+
+// Thread t: row t / 2, block t % 2 of the raw step at `raw`, as f16 into the swizzled tile.
+template <typename T>
+TANDEM_DEVICE void tandem_wgmma_dequant(u8* tile, const u8* raw) {
+    const int r = threadIdx.x / 2, blk = threadIdx.x % 2;
+    const u8* b = raw + r * tandem_wgmma_qlayout<T>::RAW_ROW + blk * T::BYTES;
+    u32 h[16];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+        u32 lo, hi;
+        float d, m;
+        T::frag(b, c, lo, hi, d, m);
+        const u32 hd = tandem_f32_to_f16(d), hm = tandem_f32_to_f16(m);
+        const u32 d2 = hd | (hd << 16), m2 = hm | (hm << 16);
+        tandem_wgmma_h4(lo, d2, m2, h[2 * c], h[2 * c + 1]);
+        tandem_wgmma_h4(hi, d2, m2, h[8 + 2 * c], h[8 + 2 * c + 1]);
+    }
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+        *(uint4*)(tile + tandem_wgmma_at(r, 4 * blk + p)) = make_uint4(h[4 * p], h[4 * p + 1], h[4 * p + 2], h[4 * p + 3]);
+    }
+}
+
+template <typename T>
+TANDEM_DEVICE void tandem_wgmma_quant_tile(const char* w, const u16* xh, char* dst, const tandem_mm_shape& s) {
+    using L = tandem_wgmma_qlayout<T>;
+    extern __shared__ __align__(1024) u8 tandem_wgmma_smem[];
+    static_assert(TANDEM_WGMMA_QSTAGES >= 3, "a step in flight beside the one in use and the one draining");
+    u8* base = tandem_wgmma_base(tandem_wgmma_smem);
+    const i64 b = blockIdx.z;
+    if (b >= s.ne12 * s.ne13) return;
+    const i64 i12 = b % s.ne12, i13 = b / s.ne12;
+    const i64 row0 = (i64)blockIdx.y * TANDEM_WGMMA_BM, col0 = (i64)blockIdx.x * TANDEM_WGMMA_BN;
+    const u8* wb = (const u8*)w + (i12 / s.r2) * s.nb02 + (i13 / s.r3) * s.nb03;
+    const u8* wrow0 = wb + row0 * s.nb01;
+    const i64 rows = s.m - row0;
+    const tandem_wgmma_cols x(xh, b, s, col0);
+    const tandem_wgmma_raw<T> rw(s.nb01, rows);
+    u8* stages = base + L::STAGES_AT;
+    const i64 steps = s.k / TANDEM_WGMMA_BK;
+    // Stage j % QSTAGES: activations of step j at its start, raw blocks of step j behind them.
+    auto act = [&](i64 j) { return stages + (int)(j % TANDEM_WGMMA_QSTAGES) * L::STAGE; };
+    auto raw = [&](i64 j) { return act(j) + TANDEM_WGMMA_B_BYTES; };
+    auto tile = [&](i64 j) { return base + (int)(j % 3) * TANDEM_WGMMA_A_BYTES; };
+    rw.copy(raw(0), wrow0, 0);
+#pragma unroll
+    for (int j = 0; j < TANDEM_WGMMA_QSTAGES - 2; ++j) {
+        if (j < steps) tandem_wgmma_copy<TANDEM_WGMMA_BN>(act(j), x.x, x.step, x.lim, s.k, j, wb);
+        if (j + 1 < steps) rw.copy(raw(j + 1), wrow0, j + 1);
+        tandem_cp_commit();
+    }
+    tandem_cp_wait<TANDEM_WGMMA_QSTAGES - 3>();
+    __syncthreads();
+    tandem_wgmma_dequant<T>(tile(0), raw(0));
+    float acc[TANDEM_WGMMA_BN / 2];
+#pragma unroll
+    for (int i = 0; i < TANDEM_WGMMA_BN / 2; ++i) acc[i] = 0.0f;
+    const int g = threadIdx.x / 128;
+    for (i64 st = 0; st < steps; ++st) {
+        tandem_cp_wait<TANDEM_WGMMA_QSTAGES - 3>();
+        tandem_wgmma_proxy_fence();
+        // Group st is in for every thread (activations of step st, raw blocks of step st + 1) and
+        // so is the weight tile of step st; the mma of step st - 2 has finished everywhere, so
+        // its stage takes step st + QSTAGES - 2 (and the raw blocks of the step after).
+        __syncthreads();
+        tandem_wgmma_issue(acc, tile(st) + g * 64 * 128, act(st));
+        const i64 next = st + TANDEM_WGMMA_QSTAGES - 2;
+        if (next < steps) tandem_wgmma_copy<TANDEM_WGMMA_BN>(act(next), x.x, x.step, x.lim, s.k, next, wb);
+        if (next + 1 < steps) rw.copy(raw(next + 1), wrow0, next + 1);
+        tandem_cp_commit();
+        if (st + 1 < steps) tandem_wgmma_dequant<T>(tile(st + 1), raw(st + 1));
+        tandem_wgmma_wait<1>();
+        tandem_wgmma_hold(acc);
+    }
+    tandem_wgmma_store(acc, dst + i12 * s.nb2 + i13 * s.nb3, s, row0, col0);
+}
+
 #define TANDEM_MMA_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_MMA_THREADS, 2)
 #define TANDEM_MMQ_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_MMQ_THREADS, 4)
 #define TANDEM_MMA_ARGS_Q const char *w, const char *aq, const char *ads, char *dst, tandem_mm_shape s
@@ -957,21 +1392,43 @@ TANDEM_MMA_KERNEL tandem_mma_f16(const char* w, const u16* xh, char* dst, tandem
     tandem_mma_f16_tile(w, xh, dst, s);
 }
 
+#define TANDEM_WGMMA_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_WGMMA_THREADS, 1)
+#define TANDEM_WGMMA_ARGS const char *w, const u16 *xh, char *dst, tandem_mm_shape s
+TANDEM_WGMMA_KERNEL tandem_wgmma_f16(TANDEM_WGMMA_ARGS) { tandem_wgmma_f16_tile(w, xh, dst, s); }
+TANDEM_WGMMA_KERNEL tandem_wgmma_q4_0(TANDEM_WGMMA_ARGS) { tandem_wgmma_quant_tile<tandem_mmf_q4_0>(w, xh, dst, s); }
+TANDEM_WGMMA_KERNEL tandem_wgmma_q4_1(TANDEM_WGMMA_ARGS) { tandem_wgmma_quant_tile<tandem_mmf_q4_1>(w, xh, dst, s); }
+TANDEM_WGMMA_KERNEL tandem_wgmma_q5_0(TANDEM_WGMMA_ARGS) { tandem_wgmma_quant_tile<tandem_mmf_q5_0>(w, xh, dst, s); }
+TANDEM_WGMMA_KERNEL tandem_wgmma_q5_1(TANDEM_WGMMA_ARGS) { tandem_wgmma_quant_tile<tandem_mmf_q5_1>(w, xh, dst, s); }
+TANDEM_WGMMA_KERNEL tandem_wgmma_q8_0(TANDEM_WGMMA_ARGS) { tandem_wgmma_quant_tile<tandem_mmf_q8_0>(w, xh, dst, s); }
+TANDEM_WGMMA_KERNEL tandem_wgmma_iq4_nl(TANDEM_WGMMA_ARGS) {
+    tandem_wgmma_quant_tile<tandem_mmf_iq4_nl>(w, xh, dst, s);
+}
+
 // src1 (f32, [k, ne1, ne2, ne3] with byte strides, as tandem_q8_shape in gemv.hip) rounded to
-// f16 into xh, contiguous: column c = i1 + ne1 * (i2 + ne2 * i3) at xh + c * k. Grid: x over k
-// in 256s, y over columns (looping past 65535).
+// f16 into xh, contiguous: column c = i1 + ne1 * (i2 + ne2 * i3) at xh + c * k. Each thread
+// converts TANDEM_MMA_COPY_VALUES (4) consecutive values of a column, with one 16-byte load
+// where the column is contiguous and aligned. Grid: x over k in 1024s, y over columns (looping
+// past 65535).
+#define TANDEM_MMA_COPY_VALUES 4
 struct tandem_mma_src_shape {
     i64 k, ne1, ne2, ne3;
     i64 nb0, nb1, nb2, nb3;
 };
 extern "C" __global__ void __launch_bounds__(256)
 tandem_mma_f16_copy(const char* src, u16* xh, tandem_mma_src_shape s) {
-    const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    const i64 i = TANDEM_MMA_COPY_VALUES * ((i64)blockIdx.x * blockDim.x + threadIdx.x);
     if (i >= s.k) return;
     const i64 cols = s.ne1 * s.ne2 * s.ne3;
     for (i64 c = blockIdx.y; c < cols; c += gridDim.y) {
         const i64 i1 = c % s.ne1, i2 = (c / s.ne1) % s.ne2, i3 = c / (s.ne1 * s.ne2);
-        const float x = *(const float*)(src + i * s.nb0 + i1 * s.nb1 + i2 * s.nb2 + i3 * s.nb3);
-        xh[c * s.k + i] = tandem_f32_to_f16(x);
+        const char* col = src + i1 * s.nb1 + i2 * s.nb2 + i3 * s.nb3 + i * s.nb0;
+        u16* out = xh + c * s.k + i;
+        if (i + 4 <= s.k && s.nb0 == 4 && (((u64)col & 15) | ((u64)out & 7)) == 0) {
+            const float4 v = *(const float4*)col;
+            *(uint2*)out = make_uint2((u32)tandem_f32_to_f16(v.x) | ((u32)tandem_f32_to_f16(v.y) << 16),
+                                      (u32)tandem_f32_to_f16(v.z) | ((u32)tandem_f32_to_f16(v.w) << 16));
+        } else {
+            for (int e = 0; e < 4 && i + e < s.k; ++e) out[e] = tandem_f32_to_f16(*(const float*)(col + e * s.nb0));
+        }
     }
 }

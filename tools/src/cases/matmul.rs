@@ -1,5 +1,5 @@
-//! MUL_MAT over every weight type (odd m, n = 1..8, 9, 16 and 65, k at several block multiples and
-//! one past 4096, broadcast batches, permuted src1) and MUL_MAT_ID.
+//! MUL_MAT over every weight type (odd m, n = 1..8, 9, 16, 65 and 300, k at several block
+//! multiples and one past 4096, broadcast batches, permuted src1) and MUL_MAT_ID.
 
 use super::{Case, Fill, Setup};
 use tandem_graph::{ElemType, Op};
@@ -78,6 +78,17 @@ pub fn cases(v: &mut Vec<Case>) {
         for (m, n) in [(129, 65), (64, 9)] {
             v.push(mul_mat(ty, m, k[1], n, [1, 1], [1, 1]));
         }
+        // The Hopper GEMMs take k in whole 64-value steps: a partial 128 x 256 tile in both
+        // dimensions over several steps, one and two steps (fewer than the pipeline holds),
+        // broadcast batches and permuted activations at prefill width.
+        v.push(mul_mat(ty, 129, 256, 300, [1, 1], [1, 1]));
+        if ty.block_size() <= 64 {
+            for kk in [64, 128] {
+                v.push(mul_mat(ty, 67, kk, 16, [1, 1], [1, 1]));
+            }
+        }
+        v.push(mul_mat(ty, 33, 256, 16, [2, 2], [3, 2]));
+        v.push(mul_mat_permuted(ty, 19, 256, 16, 3));
         for (batch, bcast) in [
             ([2, 3], [1, 1]),
             ([1, 1], [2, 1]),

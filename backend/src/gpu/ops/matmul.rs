@@ -208,11 +208,14 @@ pub const REGISTRATIONS: &[Registration] = registrations! {
 #[cfg(test)]
 mod tests {
     use super::super::matmul_launch::{
-        entries, gemm_config, gemv_act_bytes, gemv_config, gemv_fuses_quantize, gemv_shared_bytes, gemv_stages,
-        gemv_waves, has_mma, mma_config, mma_entry, mma_tile, mmid_grouped_bytes, mmid_mma_config, mmid_mma_entry,
-        quantize_config, rows_per_wave, GEMM_FAMILY, GEMV_FAMILY, GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES,
+        convert_config, entries, gemm_config, gemv_act_bytes, gemv_config, gemv_fuses_quantize, gemv_shared_bytes,
+        gemv_stages, gemv_waves, has_mma, has_wgmma, mma_config, mma_entry, mma_tile, mmid_grouped_bytes,
+        mmid_mma_config, mmid_mma_entry, quantize_config, rows_per_wave, wgmma_config, wgmma_entry, wgmma_fits,
+        wgmma_shared_bytes, wgmma_takes, GEMM_FAMILY, GEMV_FAMILY, GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES,
+        MMA_COPY_VALUES,
     };
     use super::*;
+    use crate::gpu::api::DevicePtr;
     use crate::gpu::registry::accepting;
     use tandem_graph::{Graph, GraphBuilder, TensorId};
 
@@ -441,8 +444,82 @@ mod tests {
         };
         let c = mma_config(ElemType::F16, &mm);
         assert_eq!((c.grid, c.block), ([8, 112, 1], [256, 1, 1]));
+        // The f16 activation copy: four values per thread, 1024 per block along k.
+        let q = Q8Shape {
+            ne: [4096, 512, 1, 1],
+            ..Default::default()
+        };
+        let c = convert_config(&q, MMA_COPY_VALUES);
+        assert_eq!((c.grid, c.block), ([4, 512, 1], [256, 1, 1]));
+        assert_eq!(convert_config(&q, 1).grid, quantize_config(&q).grid);
         let c = mma_config(ElemType::Q8_0, &mm);
         assert_eq!((c.grid, c.block), ([8, 224, 1], [128, 1, 1]));
+        // Hopper f16: 128 x 256 tiles, four k steps of 48 KiB in flight plus the alignment room;
+        // q4_0: three 16 KiB weight tiles and four steps of 32 KiB activations + 4.5 KiB raw blocks
+        // padded to 5 KiB (every step's activation tile 1024-byte aligned).
+        let c = wgmma_config(ElemType::F16, &mm);
+        assert_eq!((c.grid, c.block, c.shared_bytes), ([2, 112, 1], [256, 1, 1], 197_632));
+        assert_eq!(
+            wgmma_config(ElemType::Q4_0, &mm).shared_bytes,
+            49_152 + 4 * (32_768 + 5120) + 1024
+        );
+        for ty in TYPES {
+            if wgmma_entry(ty).is_some() {
+                let bytes = wgmma_shared_bytes(ty);
+                assert!(
+                    mma_entry(ty).is_some() && bytes <= 227 * 1024 && bytes.is_multiple_of(1024),
+                    "{ty}"
+                );
+            }
+        }
+        assert!(wgmma_takes(ElemType::F16, false) && wgmma_takes(ElemType::F16, true));
+        assert!(!wgmma_takes(ElemType::Q4_0, false) && wgmma_takes(ElemType::Q4_0, true));
+        assert!(!wgmma_takes(ElemType::Q4K, true) && !wgmma_takes(ElemType::F32, true));
+        assert!(has_wgmma("sm_90") && !has_wgmma("sm_89") && !has_wgmma("sm_100") && !has_wgmma("gfx942"));
+        let f16 = MulMatShape {
+            nb01: 2 * mm.k,
+            nb02: 2 * mm.k * mm.m,
+            nb03: 2 * mm.k * mm.m,
+            ..mm
+        };
+        let at = DevicePtr(1 << 20);
+        assert!(wgmma_fits(ElemType::F16, at, &f16));
+        assert!(
+            !wgmma_fits(ElemType::F16, DevicePtr((1 << 20) + 2), &f16),
+            "base off 16 bytes"
+        );
+        let k4100 = MulMatShape {
+            k: 4100,
+            nb01: 8200,
+            ..f16
+        };
+        assert!(!wgmma_fits(ElemType::F16, at, &k4100), "k not whole pieces");
+        assert!(
+            !wgmma_fits(ElemType::F16, at, &MulMatShape { nb02: 8, ..f16 }),
+            "batch base off 16 bytes"
+        );
+        let q = MulMatShape {
+            nb01: 18 * mm.k / 32,
+            nb02: 18 * mm.k / 32 * mm.m,
+            nb03: 18 * mm.k / 32 * mm.m,
+            ..mm
+        };
+        assert!(wgmma_fits(ElemType::Q4_0, at, &q));
+        let k4128 = MulMatShape {
+            k: 4128,
+            nb01: 18 * 129,
+            ..q
+        };
+        assert!(!wgmma_fits(ElemType::Q4_0, at, &k4128), "k not whole steps");
+        assert!(
+            !wgmma_fits(ElemType::Q4_0, DevicePtr((1 << 20) + 2), &q),
+            "rows off 4 bytes"
+        );
+        assert!(
+            !wgmma_fits(ElemType::Q4_0, at, &MulMatShape { nb02: 18, ..q }),
+            "batch base off 4 bytes"
+        );
+        assert!(!wgmma_fits(ElemType::Q4K, at, &q), "no Hopper GEMM for superblocks");
         for ty in TYPES {
             if mma_entry(ty).is_some() {
                 let (threads, tm, tn) = mma_tile(ty);
@@ -471,8 +548,9 @@ mod tests {
     #[test]
     fn launch_constants_and_shapes_match_the_kernel_sources() {
         use super::super::matmul_launch::{
-            GEMM_THREADS, GEMM_TILE, GEMV_CHUNK, GEMV_FLOAT_ROWS, GEMV_THREADS, MMA_THREADS, MMA_TILE_M, MMA_TILE_N,
-            MMID_MAX_EXPERTS, MMQ_THREADS, MMQ_TILE_M, MMQ_TILE_N,
+            GEMM_THREADS, GEMM_TILE, GEMV_CHUNK, GEMV_FLOAT_ROWS, GEMV_THREADS, MMA_COPY_VALUES, MMA_THREADS,
+            MMA_TILE_M, MMA_TILE_N, MMID_MAX_EXPERTS, MMQ_THREADS, MMQ_TILE_M, MMQ_TILE_N, WGMMA_QSTAGES, WGMMA_STAGES,
+            WGMMA_THREADS, WGMMA_TILE_M, WGMMA_TILE_N,
         };
         let src = |family| tandem_kernels_hip::find(family).unwrap().source;
         let (gemv, gemm, mma) = (src("gemv"), src("gemm"), src("mma"));
@@ -488,6 +566,12 @@ mod tests {
             (mma, format!("#define TANDEM_MMA_THREADS {MMA_THREADS}\n")),
             (mma, format!("#define TANDEM_MMA_BM {MMA_TILE_M}\n")),
             (mma, format!("#define TANDEM_MMA_BN {MMA_TILE_N}\n")),
+            (mma, format!("#define TANDEM_WGMMA_THREADS {WGMMA_THREADS}\n")),
+            (mma, format!("#define TANDEM_WGMMA_BM {WGMMA_TILE_M}\n")),
+            (mma, format!("#define TANDEM_WGMMA_BN {WGMMA_TILE_N}\n")),
+            (mma, format!("#define TANDEM_WGMMA_STAGES {WGMMA_STAGES}\n")),
+            (mma, format!("#define TANDEM_WGMMA_QSTAGES {WGMMA_QSTAGES}\n")),
+            (mma, format!("#define TANDEM_MMA_COPY_VALUES {MMA_COPY_VALUES}\n")),
             (mma, format!("#define TANDEM_MMQ_THREADS {MMQ_THREADS}\n")),
             (mma, format!("#define TANDEM_MMQ_BM {MMQ_TILE_M}\n")),
             (mma, format!("#define TANDEM_MMQ_BN {MMQ_TILE_N}\n")),

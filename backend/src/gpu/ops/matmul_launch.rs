@@ -19,6 +19,9 @@
 //!   (`tandem_mma_f16_copy`) for f16 weights; grid (ceil(n / tile n), ceil(m / tile m),
 //!   batches). 32-value block types: block 128, 64 x 64 tiles, k steps in flight through
 //!   cp.async; f16, q4_K, q5_K: block 256, 128 x 64 tiles.
+//! - `tandem_wgmma_<type>` (NVIDIA sm_90, see [`wgmma_takes`]): f16 and the 32-value block types
+//!   on the f16 copy of src1 with warpgroup mma; block 256 (two warpgroups), 128 x 256 tiles,
+//!   grid (ceil(n / 256), ceil(m / 128), batches), dynamic shared memory [`wgmma_shared_bytes`].
 
 use crate::gpu::api::{DevicePtr, LaunchConfig};
 use crate::gpu::kernels::KernelError;
@@ -34,6 +37,15 @@ pub const MMA_FAMILY: &str = "mma";
 pub const MMA_THREADS: u32 = 256;
 pub const MMA_TILE_M: i64 = 128;
 pub const MMA_TILE_N: i64 = 64;
+/// Threads, output tile and k steps in shared memory of the Hopper GEMMs (`tandem_wgmma_*`,
+/// `TANDEM_WGMMA_*` of mma.hip): two warpgroups, each 64 rows of the tile against all its
+/// columns; steps of 64 values (a 128-byte f16 row per weight row and activation column).
+pub const WGMMA_THREADS: u32 = 256;
+pub const WGMMA_TILE_M: i64 = 128;
+pub const WGMMA_TILE_N: i64 = 256;
+pub const WGMMA_STAGES: i64 = 4;
+/// Steps in shared memory of the Hopper GEMM of the 32-value block types (`TANDEM_WGMMA_QSTAGES`).
+pub const WGMMA_QSTAGES: i64 = 4;
 /// The same for the pipelined int8 GEMM of the 32-value block types (`TANDEM_MMQ_*`).
 pub const MMQ_THREADS: u32 = 128;
 pub const MMQ_TILE_M: i64 = 64;
@@ -344,6 +356,78 @@ pub fn has_mma(arch: &str) -> bool {
         .is_some_and(|v| v >= 80)
 }
 
+/// The name `TANDEM_DISABLE_DISPATCH` takes to keep prefill off the Hopper warpgroup-mma GEMMs
+/// (the sm_80 mma tiles run instead); `hip.mma` covers it too.
+pub const WGMMA_SWITCH: &str = "hip.mma.wgmma";
+
+/// Whether a device of compile target `arch` runs the warpgroup mma of `tandem_wgmma_*`
+/// (Hopper, compiled as `sm_90a`: see `rtc::nvrtc_target`).
+pub fn has_wgmma(arch: &str) -> bool {
+    arch == "sm_90"
+}
+
+/// Whether the launchers may use the Hopper GEMMs on a device of compile target `arch`.
+fn wgmma_allowed(arch: &str) -> bool {
+    has_wgmma(arch) && !crate::config::Config::get().is_disabled(WGMMA_SWITCH)
+}
+
+/// The Hopper GEMM for weights of `ty`, if there is one: f16 weights as they are, the 32-value
+/// block types converted to f16 in shared memory; both against an f16 copy of the activations.
+pub fn wgmma_entry(ty: ElemType) -> Option<&'static str> {
+    Some(match ty {
+        ElemType::F16 => "tandem_wgmma_f16",
+        ElemType::Q4_0 => "tandem_wgmma_q4_0",
+        ElemType::Q4_1 => "tandem_wgmma_q4_1",
+        ElemType::Q5_0 => "tandem_wgmma_q5_0",
+        ElemType::Q5_1 => "tandem_wgmma_q5_1",
+        ElemType::Q8_0 => "tandem_wgmma_q8_0",
+        ElemType::IQ4NL => "tandem_wgmma_iq4_nl",
+        _ => return None,
+    })
+}
+
+/// Whether prefill with weights of `ty` goes to the Hopper GEMM: f16 always (its activations
+/// are rounded to f16 as the CPU's f16 dot products round them); the 32-value block types only
+/// with `TANDEM_F16_PREFILL=1` (`f16_prefill`), since they then meet f16 activations where the
+/// CPU and the int8 tiles meet activations rounded to q8 (results within the matmul tolerance,
+/// but not the CPU's rounding, so greedy tokens of small models can differ).
+pub fn wgmma_takes(ty: ElemType, f16_prefill: bool) -> bool {
+    wgmma_entry(ty).is_some() && (ty == ElemType::F16 || f16_prefill)
+}
+
+/// Whether weights of `ty` at `base` with shape `s` can take the Hopper GEMM. f16: it copies
+/// 16-byte pieces of weight rows and of the f16 activation copy (rows of k halves), so k, the
+/// row stride and every batch's base must be multiples of 16 bytes. Block types: each k step is
+/// two whole blocks per row copied as 4-byte words, so k must be a multiple of 64 and rows and
+/// batch bases 4-byte aligned.
+pub fn wgmma_fits(ty: ElemType, base: DevicePtr, s: &MulMatShape) -> bool {
+    let (k_unit, align) = if ty == ElemType::F16 { (8, 16) } else { (64, 4) };
+    wgmma_entry(ty).is_some() && s.k % k_unit == 0 && (base.0 as i64 | s.nb01 | s.nb02 | s.nb03) % align == 0
+}
+
+/// Dynamic shared memory of a Hopper GEMM block for weights of `ty`: f16, `WGMMA_STAGES` steps of
+/// weight rows and activation columns; block types, three f16 weight tiles plus `WGMMA_QSTAGES`
+/// steps of activation columns and raw weight blocks (two per row, padded to 1024 bytes so that
+/// every step's swizzled activation tile stays 1024-byte aligned); each plus 1024 bytes to align
+/// the first step.
+pub fn wgmma_shared_bytes(ty: ElemType) -> u32 {
+    let (a, b) = (WGMMA_TILE_M * 128, WGMMA_TILE_N * 128);
+    let bytes = if ty == ElemType::F16 {
+        WGMMA_STAGES * (a + b)
+    } else {
+        let raw = (WGMMA_TILE_M * 2 * ty.type_size() as i64 + 1023) / 1024 * 1024;
+        3 * a + WGMMA_QSTAGES * (b + raw)
+    };
+    (bytes + 1024) as u32
+}
+
+pub fn wgmma_config(ty: ElemType, s: &MulMatShape) -> LaunchConfig {
+    LaunchConfig {
+        shared_bytes: wgmma_shared_bytes(ty),
+        ..tile_grid((s.n, WGMMA_TILE_N), (s.m, WGMMA_TILE_M), s.batches(), WGMMA_THREADS)
+    }
+}
+
 /// Threads and output tile (rows, columns) of the tensor-core kernels for weights of `ty`.
 pub fn mma_tile(ty: ElemType) -> (u32, i64, i64) {
     match ty {
@@ -364,13 +448,26 @@ pub fn uses_q8_1(ty: ElemType) -> bool {
     ty.is_quantized()
 }
 
-pub fn quantize_config(q: &Q8Shape) -> LaunchConfig {
-    let gx = (q.ne[0].max(1) + QUANTIZE_THREADS as i64 - 1) / QUANTIZE_THREADS as i64;
+/// Values of a column each thread of `tandem_mma_f16_copy` converts (`TANDEM_MMA_COPY_VALUES`).
+pub const MMA_COPY_VALUES: u32 = 4;
+
+/// Geometry of a per-value activation kernel whose threads take `per_thread` consecutive values
+/// of a column: block 256, grid (ceil(k / (256 * per_thread)), min(columns, 65535)).
+pub fn convert_config(q: &Q8Shape, per_thread: u32) -> LaunchConfig {
+    let per_block = i64::from(QUANTIZE_THREADS * per_thread.max(1));
     LaunchConfig {
-        grid: [gx.min(MAX_GRID_X) as u32, q.columns().clamp(1, MAX_GRID_YZ) as u32, 1],
+        grid: [
+            ((q.ne[0].max(1) + per_block - 1) / per_block).min(MAX_GRID_X) as u32,
+            q.columns().clamp(1, MAX_GRID_YZ) as u32,
+            1,
+        ],
         block: [QUANTIZE_THREADS, 1, 1],
         shared_bytes: 0,
     }
+}
+
+pub fn quantize_config(q: &Q8Shape) -> LaunchConfig {
+    convert_config(q, 1)
 }
 
 /// Waves of one GEMV block on a device with `warp_size`-lane waves.
@@ -511,6 +608,7 @@ unsafe fn convert_src1(
     family: &str,
     entry: &str,
     elem_bytes: i64,
+    values_per_thread: u32,
 ) -> Result<DevicePtr, KernelError> {
     let q = Q8Shape::of(src1);
     let bytes = usize::try_from(q.columns().saturating_mul(q.ne[0]).saturating_mul(elem_bytes))
@@ -521,7 +619,7 @@ unsafe fn convert_src1(
     args.push(dptr(src1)).push(out).push(q);
     // SAFETY: src1 is readable through its strides (caller) and the scratch region holds
     // k * columns converted values.
-    unsafe { ctx.stream.launch(&f, quantize_config(&q), &mut args) }.map_err(KernelError::Gpu)?;
+    unsafe { ctx.stream.launch(&f, convert_config(&q, values_per_thread), &mut args) }.map_err(KernelError::Gpu)?;
     Ok(out)
 }
 
@@ -531,7 +629,7 @@ unsafe fn convert_src1(
 /// As [`quantize_src1`].
 unsafe fn f16_src1(ctx: &LaunchCtx<'_>, src1: &Tensor) -> Result<DevicePtr, KernelError> {
     // SAFETY: forwarded; (const char*, u16*, tandem_mma_src_shape = tandem_q8_shape's layout).
-    unsafe { convert_src1(ctx, src1, MMA_FAMILY, "tandem_mma_f16_copy", 2) }
+    unsafe { convert_src1(ctx, src1, MMA_FAMILY, "tandem_mma_f16_copy", 2, MMA_COPY_VALUES) }
 }
 
 /// Weight types whose CPU dot products quantize activations to q8_0 or q8_1 (32-value blocks,
@@ -554,7 +652,7 @@ unsafe fn round_src1(ctx: &LaunchCtx<'_>, src1: &Tensor) -> Result<Tensor, Kerne
         ));
     }
     // SAFETY: forwarded; (const char*, float*, tandem_q8_shape).
-    let out = unsafe { convert_src1(ctx, src1, GEMV_FAMILY, "tandem_q8_round_f32", 4) }?;
+    let out = unsafe { convert_src1(ctx, src1, GEMV_FAMILY, "tandem_q8_round_f32", 4, 1) }?;
     let mut t = src1.clone();
     t.data = out.0 as usize;
     t.nb = tandem_graph::tensor::contiguous_strides(ElemType::F32, &t.ne);
@@ -641,31 +739,40 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
     if let Some(entry) = mma_entry(w.ty).filter(|_| mma_allowed(&ctx.info.arch)) {
         let s = MulMatShape::new(node.dst, w, src1).ok_or_else(|| launch_error("gemm", "empty batch"))?;
         let columns = Q8Shape::of(src1).columns();
-        let fits = if uses_q8_1(w.ty) {
-            q8_1_layout(columns, s.k).is_some()
-        } else {
+        let f16_prefill = crate::config::Config::get().f16_prefill;
+        let wgmma = wgmma_entry(w.ty).filter(|_| {
+            wgmma_takes(w.ty, f16_prefill) && wgmma_allowed(&ctx.info.arch) && wgmma_fits(w.ty, dptr(w), &s)
+        });
+        let f16_acts = wgmma.is_some() || !uses_q8_1(w.ty);
+        let fits = if f16_acts {
             columns
                 .checked_mul(s.k)
                 .and_then(|v| v.checked_mul(2))
                 .is_some_and(|b| b <= MAX_SCRATCH as i64)
+        } else {
+            q8_1_layout(columns, s.k).is_some()
         };
-        let (_, tile_m, _) = mma_tile(w.ty);
+        let (entry, cfg, tile_m) = match wgmma {
+            Some(e) => (e, wgmma_config(w.ty, &s), WGMMA_TILE_M),
+            None => (entry, mma_config(w.ty, &s), mma_tile(w.ty).1),
+        };
         if fits && (s.m + tile_m - 1) / tile_m <= MAX_GRID_YZ {
             let f = ctx.kernels.function(MMA_FAMILY, entry)?;
             let mut args = KernelArgs::new();
             args.push(dptr(w));
-            if uses_q8_1(w.ty) {
+            if f16_acts {
+                // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
+                args.push(unsafe { f16_src1(ctx, src1) }?);
+            } else {
                 // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
                 let (qs, ds) = unsafe { quantize_src1(ctx, src1) }?;
                 args.push(qs).push(ds);
-            } else {
-                // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
-                args.push(unsafe { f16_src1(ctx, src1) }?);
             }
             args.push(dptr(node.dst)).push(s);
             // SAFETY: (w, [aq, ads | xh], dst, tandem_mm_shape); tiles past m, n or k are
-            // masked in the kernel; the q8_1 or f16 copy holds every column of every batch.
-            return unsafe { ctx.stream.launch(&f, mma_config(w.ty, &s), &mut args) }.map_err(KernelError::Gpu);
+            // masked in the kernel; the q8_1 or f16 copy holds every column of every batch; the
+            // Hopper GEMM's 16-byte copies were checked by `wgmma_fits`.
+            return unsafe { ctx.stream.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu);
         }
     }
     // Weights whose CPU dot products take q8_0/q8_1 activations meet activations rounded the same
