@@ -15,8 +15,8 @@ pub struct Config {
     pub log_dispatch: bool,
     /// `TANDEM_STATS=1`: print per-graph statistics.
     pub stats: bool,
-    /// `TANDEM_F16_PREFILL=1`: prefill of the 32-value block types on the Hopper f16 GEMM with f16
-    /// activations (faster; no longer the CPU's q8 rounding of the activations).
+    /// `TANDEM_F16_PREFILL=1`: prefill of the 32-value block types on the Hopper f16 GEMM (faster;
+    /// f16 products of the q8-rounded activations instead of the CPU's integer sums).
     pub f16_prefill: bool,
 }
 

@@ -1200,8 +1200,8 @@ TANDEM_DEVICE void tandem_wgmma_f16_tile(const char* w, const u16* xh, char* dst
     tandem_wgmma_store(acc, dst + i12 * s.nb2 + i13 * s.nb3, s, row0, col0);
 }
 
-// Weights in 32-value blocks (the frag() types above) x the f16 copy of the activations: as the
-// f16 tile, but each step's raw weight blocks (two per row, 2 * BYTES bytes, 4-byte aligned: the
+// Weights in 32-value blocks (the frag() types above) x the q8-rounded f16 copy of the
+// activations (tandem_mma_f16_q8_copy): as the f16 tile, but each step's raw weight blocks (two per row, 2 * BYTES bytes, 4-byte aligned: the
 // host asks for k % 64 == 0 and 4-byte aligned rows) are copied with 4-byte cp.async, one step
 // ahead of the activations (group j holds the activations of step j and the raw blocks of step
 // j + 1), and while the mma of step s runs every thread converts one (row, block) pair of step
@@ -1429,6 +1429,36 @@ tandem_mma_f16_copy(const char* src, u16* xh, tandem_mma_src_shape s) {
                                       (u32)tandem_f32_to_f16(v.z) | ((u32)tandem_f32_to_f16(v.w) << 16));
         } else {
             for (int e = 0; e < 4 && i + e < s.k; ++e) out[e] = tandem_f32_to_f16(*(const float*)(col + e * s.nb0));
+        }
+    }
+}
+
+// As tandem_mma_f16_copy, but each 32 values of a column first rounded as the CPU's q8_0
+// activation copy rounds them (q * f16(d), exactly as tandem_q8_round_f32 in gemv.hip) and then
+// stored as f16: the activations of the Hopper GEMM for the 32-value block types, whose CPU dot
+// products see q8-rounded activations. Eight threads share a group (four values each); threads
+// past k take part in the group maximum with zeros. Grid as tandem_mma_f16_copy.
+extern "C" __global__ void __launch_bounds__(256)
+tandem_mma_f16_q8_copy(const char* src, u16* xh, tandem_mma_src_shape s) {
+    const i64 i = TANDEM_MMA_COPY_VALUES * ((i64)blockIdx.x * blockDim.x + threadIdx.x);
+    const i64 cols = s.ne1 * s.ne2 * s.ne3;
+    for (i64 c = blockIdx.y; c < cols; c += gridDim.y) {
+        const i64 i1 = c % s.ne1, i2 = (c / s.ne1) % s.ne2, i3 = c / (s.ne1 * s.ne2);
+        const char* col = src + i1 * s.nb1 + i2 * s.nb2 + i3 * s.nb3;
+        float x[4];
+        float amax = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            x[e] = i + e < s.k ? *(const float*)(col + (i + e) * s.nb0) : 0.0f;
+            amax = fmaxf(amax, fabsf(x[e]));
+        }
+        for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor(amax, o));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float dh = tandem_f16_to_f32(tandem_f32_to_f16(d));
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            if (i + e < s.k) xh[c * s.k + i + e] = tandem_f32_to_f16((float)(int)roundf(x[e] * id) * dh);
         }
     }
 }

@@ -100,6 +100,7 @@ pub(crate) const FAMILIES: &[KernelSource] = &[
             "tandem_wgmma_q8_0",
             "tandem_wgmma_iq4_nl",
             "tandem_mma_f16_copy",
+            "tandem_mma_f16_q8_copy",
             "tandem_mmid_route",
             "tandem_mmid_mma_q4_0",
             "tandem_mmid_mma_q4_1",

@@ -388,9 +388,10 @@ pub fn wgmma_entry(ty: ElemType) -> Option<&'static str> {
 
 /// Whether prefill with weights of `ty` goes to the Hopper GEMM: f16 always (its activations
 /// are rounded to f16 as the CPU's f16 dot products round them); the 32-value block types only
-/// with `TANDEM_F16_PREFILL=1` (`f16_prefill`), since they then meet f16 activations where the
-/// CPU and the int8 tiles meet activations rounded to q8 (results within the matmul tolerance,
-/// but not the CPU's rounding, so greedy tokens of small models can differ).
+/// with `TANDEM_F16_PREFILL=1` (`f16_prefill`): their activations are rounded to q8 as the CPU
+/// rounds them, but weights and activations then meet as f16 products where the CPU and the
+/// int8 tiles sum integers (results within the matmul tolerance, yet greedy tokens of small
+/// models can differ).
 pub fn wgmma_takes(ty: ElemType, f16_prefill: bool) -> bool {
     wgmma_entry(ty).is_some() && (ty == ElemType::F16 || f16_prefill)
 }
@@ -632,6 +633,16 @@ unsafe fn f16_src1(ctx: &LaunchCtx<'_>, src1: &Tensor) -> Result<DevicePtr, Kern
     unsafe { convert_src1(ctx, src1, MMA_FAMILY, "tandem_mma_f16_copy", 2, MMA_COPY_VALUES) }
 }
 
+/// Queues the q8-rounded f16 copy of `src1` (`tandem_mma_f16_q8_copy`) for the Hopper GEMM of
+/// the 32-value block types.
+///
+/// # Safety
+/// As [`quantize_src1`].
+unsafe fn f16_q8_src1(ctx: &LaunchCtx<'_>, src1: &Tensor) -> Result<DevicePtr, KernelError> {
+    // SAFETY: forwarded; (const char*, u16*, tandem_mma_src_shape = tandem_q8_shape's layout).
+    unsafe { convert_src1(ctx, src1, MMA_FAMILY, "tandem_mma_f16_q8_copy", 2, MMA_COPY_VALUES) }
+}
+
 /// Weight types whose CPU dot products quantize activations to q8_0 or q8_1 (32-value blocks,
 /// f16 scale), which [`round_src1`] reproduces.
 pub fn rounds_activations(ty: ElemType) -> bool {
@@ -760,7 +771,10 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
             let f = ctx.kernels.function(MMA_FAMILY, entry)?;
             let mut args = KernelArgs::new();
             args.push(dptr(w));
-            if f16_acts {
+            if wgmma.is_some() && w.ty != ElemType::F16 {
+                // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
+                args.push(unsafe { f16_q8_src1(ctx, src1) }?);
+            } else if f16_acts {
                 // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
                 args.push(unsafe { f16_src1(ctx, src1) }?);
             } else {
