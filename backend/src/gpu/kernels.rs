@@ -90,10 +90,27 @@ pub struct Kernels {
     /// (family, entry) so a lookup allocates nothing.
     functions: Mutex<HashMap<u64, Vec<CachedFunction>>>,
     records: Mutex<Vec<LoadRecord>>,
+    /// The target the families are compiled for (`sm_90a` where the compiler turns the
+    /// device's `sm_90` into it), see [`Kernels::target`].
+    target: String,
+}
+
+/// The compile target named in `options` (`--gpu-architecture=` or `--offload-arch=`), else `arch`.
+pub fn target_of(options: &[String], arch: &str) -> String {
+    options
+        .iter()
+        .find_map(|o| {
+            o.strip_prefix("--gpu-architecture=")
+                .or_else(|| o.strip_prefix("--offload-arch="))
+        })
+        .unwrap_or(arch)
+        .to_string()
 }
 
 impl Kernels {
     pub fn new(ctx: Arc<Context>, compiler: Arc<dyn KernelCompiler>, cache: Arc<KernelCache>) -> Kernels {
+        let arch = ctx.info().arch.clone();
+        let target = target_of(&compiler.arch_options(&arch), &arch);
         Kernels {
             ctx,
             compiler,
@@ -101,7 +118,14 @@ impl Kernels {
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
             records: Mutex::new(Vec::new()),
+            target,
         }
+    }
+
+    /// The compile target of this device's kernels, feature suffix included (`sm_90a`): what
+    /// decides whether architecture-specific code (Hopper's warpgroup mma) is in the cubins.
+    pub fn target(&self) -> &str {
+        &self.target
     }
 
     pub fn context(&self) -> &Arc<Context> {

@@ -475,7 +475,7 @@ mod tests {
         assert!(wgmma_takes(ElemType::F16, false) && wgmma_takes(ElemType::F16, true));
         assert!(!wgmma_takes(ElemType::Q4_0, false) && wgmma_takes(ElemType::Q4_0, true));
         assert!(!wgmma_takes(ElemType::Q4K, true) && !wgmma_takes(ElemType::F32, true));
-        assert!(has_wgmma("sm_90") && !has_wgmma("sm_89") && !has_wgmma("sm_100") && !has_wgmma("gfx942"));
+        assert!(has_wgmma("sm_90a") && !has_wgmma("sm_90") && !has_wgmma("sm_100a") && !has_wgmma("gfx942"));
         let f16 = MulMatShape {
             nb01: 2 * mm.k,
             nb02: 2 * mm.k * mm.m,

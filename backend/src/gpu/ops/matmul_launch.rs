@@ -360,15 +360,16 @@ pub fn has_mma(arch: &str) -> bool {
 /// (the sm_80 mma tiles run instead); `hip.mma` covers it too.
 pub const WGMMA_SWITCH: &str = "hip.mma.wgmma";
 
-/// Whether a device of compile target `arch` runs the warpgroup mma of `tandem_wgmma_*`
-/// (Hopper, compiled as `sm_90a`: see `rtc::nvrtc_target`).
-pub fn has_wgmma(arch: &str) -> bool {
-    arch == "sm_90"
+/// Whether kernels compiled for `target` hold the warpgroup mma of `tandem_wgmma_*`: only
+/// Hopper's architecture-specific target `sm_90a` (`rtc::nvrtc_target`; an NVRTC too old for it
+/// compiles `sm_90`, whose wgmma entries are stubs).
+pub fn has_wgmma(target: &str) -> bool {
+    target == "sm_90a"
 }
 
-/// Whether the launchers may use the Hopper GEMMs on a device of compile target `arch`.
-fn wgmma_allowed(arch: &str) -> bool {
-    has_wgmma(arch) && !crate::config::Config::get().is_disabled(WGMMA_SWITCH)
+/// Whether the launchers may use the Hopper GEMMs with kernels compiled for `target`.
+fn wgmma_allowed(target: &str) -> bool {
+    has_wgmma(target) && !crate::config::Config::get().is_disabled(WGMMA_SWITCH)
 }
 
 /// The Hopper GEMM for weights of `ty`, if there is one: f16 weights as they are, the 32-value
@@ -752,7 +753,7 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
         let columns = Q8Shape::of(src1).columns();
         let f16_prefill = crate::config::Config::get().f16_prefill;
         let wgmma = wgmma_entry(w.ty).filter(|_| {
-            wgmma_takes(w.ty, f16_prefill) && wgmma_allowed(&ctx.info.arch) && wgmma_fits(w.ty, dptr(w), &s)
+            wgmma_takes(w.ty, f16_prefill) && wgmma_allowed(ctx.kernels.target()) && wgmma_fits(w.ty, dptr(w), &s)
         });
         let f16_acts = wgmma.is_some() || !uses_q8_1(w.ty);
         let fits = if f16_acts {
