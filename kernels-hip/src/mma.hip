@@ -958,8 +958,8 @@ TANDEM_DEVICE void tandem_mma_f16_tile(const char* w, const u16* xh, char* dst, 
 #define TANDEM_WGMMA_QSTAGES 4
 #define TANDEM_WGMMA_BK 64
 // Bytes of one step's weight rows and of its activation columns. The launch gives the block
-// STAGES * (A_BYTES + B_BYTES) + 1024 bytes of dynamic shared memory (room to align the first
-// step to 1024 bytes): `WGMMA_SHARED` in matmul_launch.rs.
+// the dynamic shared memory `wgmma_shared_bytes` in matmul_launch.rs computes (f16: STAGES *
+// (A_BYTES + B_BYTES), plus 1024 bytes of room to align the first step to 1024 bytes).
 #define TANDEM_WGMMA_A_BYTES (TANDEM_WGMMA_BM * TANDEM_WGMMA_BK * 2)
 #define TANDEM_WGMMA_B_BYTES (TANDEM_WGMMA_BN * TANDEM_WGMMA_BK * 2)
 
@@ -1002,29 +1002,6 @@ TANDEM_DEVICE void tandem_wgmma_hold(float (&d)[N]) {
 #endif
 }
 
-// D (64 x 128, f32, 64 per thread) += A (64 x 16) * B (128 x 16)^T, both f16 in shared memory
-// (descriptors), both K-major.
-TANDEM_DEVICE void tandem_wgmma_128(float (&d)[64], u64 da, u64 db) {
-#if defined(TANDEM_WGMMA_ENABLED)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
-                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-                 "}, %64, %65, p, 1, 1, 0, 0;\n}"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "l"(da), "l"(db), "r"(1));
-#endif
-}
-
 // D (64 x 256, f32, 128 per thread) += A (64 x 16) * B (256 x 16)^T, both f16 in shared memory
 // (descriptors), both K-major.
 TANDEM_DEVICE void tandem_wgmma_256(float (&d)[128], u64 da, u64 db) {
@@ -1060,14 +1037,6 @@ TANDEM_DEVICE void tandem_wgmma_256(float (&d)[128], u64 da, u64 db) {
 #endif
 }
 
-
-TANDEM_DEVICE void tandem_wgmma_tile_mma(float (&d)[TANDEM_WGMMA_BN / 2], u64 da, u64 db) {
-#if TANDEM_WGMMA_BN == 256
-    tandem_wgmma_256(d, da, db);
-#else
-    tandem_wgmma_128(d, da, db);
-#endif
-}
 
 // How many of a thread's `most` copy rows, 32 apart, lie among the `left` rows from its first.
 TANDEM_DEVICE int tandem_wgmma_lim(i64 left, int most) {
@@ -1111,11 +1080,12 @@ struct tandem_wgmma_cols {
 // Issues the mma of one k step (four k16 slices) of this warpgroup's 64 rows at sa against the
 // step's columns at sb.
 TANDEM_DEVICE void tandem_wgmma_issue(float (&acc)[TANDEM_WGMMA_BN / 2], const u8* sa, const u8* sb) {
+    static_assert(TANDEM_WGMMA_BN == 256, "one m64n256k16 per k16 slice");
     tandem_wgmma_hold(acc);
     tandem_wgmma_fence();
 #pragma unroll
     for (int j = 0; j < TANDEM_WGMMA_BK / 16; ++j) {
-        tandem_wgmma_tile_mma(acc, tandem_wgmma_desc(sa + 32 * j), tandem_wgmma_desc(sb + 32 * j));
+        tandem_wgmma_256(acc, tandem_wgmma_desc(sa + 32 * j), tandem_wgmma_desc(sb + 32 * j));
     }
     tandem_wgmma_commit();
 }
@@ -1414,14 +1384,18 @@ struct tandem_mma_src_shape {
     i64 k, ne1, ne2, ne3;
     i64 nb0, nb1, nb2, nb3;
 };
+// Column c of src: c = i1 + ne1 * (i2 + ne2 * i3).
+TANDEM_DEVICE const char* tandem_mma_src_column(const char* src, i64 c, const tandem_mma_src_shape& s) {
+    const i64 i1 = c % s.ne1, i2 = (c / s.ne1) % s.ne2, i3 = c / (s.ne1 * s.ne2);
+    return src + i1 * s.nb1 + i2 * s.nb2 + i3 * s.nb3;
+}
 extern "C" __global__ void __launch_bounds__(256)
 tandem_mma_f16_copy(const char* src, u16* xh, tandem_mma_src_shape s) {
     const i64 i = TANDEM_MMA_COPY_VALUES * ((i64)blockIdx.x * blockDim.x + threadIdx.x);
     if (i >= s.k) return;
     const i64 cols = s.ne1 * s.ne2 * s.ne3;
     for (i64 c = blockIdx.y; c < cols; c += gridDim.y) {
-        const i64 i1 = c % s.ne1, i2 = (c / s.ne1) % s.ne2, i3 = c / (s.ne1 * s.ne2);
-        const char* col = src + i1 * s.nb1 + i2 * s.nb2 + i3 * s.nb3 + i * s.nb0;
+        const char* col = tandem_mma_src_column(src, c, s) + i * s.nb0;
         u16* out = xh + c * s.k + i;
         if (i + 4 <= s.k && s.nb0 == 4 && (((u64)col & 15) | ((u64)out & 7)) == 0) {
             const float4 v = *(const float4*)col;
@@ -1443,8 +1417,7 @@ tandem_mma_f16_q8_copy(const char* src, u16* xh, tandem_mma_src_shape s) {
     const i64 i = TANDEM_MMA_COPY_VALUES * ((i64)blockIdx.x * blockDim.x + threadIdx.x);
     const i64 cols = s.ne1 * s.ne2 * s.ne3;
     for (i64 c = blockIdx.y; c < cols; c += gridDim.y) {
-        const i64 i1 = c % s.ne1, i2 = (c / s.ne1) % s.ne2, i3 = c / (s.ne1 * s.ne2);
-        const char* col = src + i1 * s.nb1 + i2 * s.nb2 + i3 * s.nb3;
+        const char* col = tandem_mma_src_column(src, c, s);
         float x[4];
         float amax = 0.0f;
 #pragma unroll
@@ -1454,7 +1427,7 @@ tandem_mma_f16_q8_copy(const char* src, u16* xh, tandem_mma_src_shape s) {
         }
         for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor(amax, o));
         const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float id = tandem_inverse_or_zero(d);
         const float dh = tandem_f16_to_f32(tandem_f32_to_f16(d));
 #pragma unroll
         for (int e = 0; e < 4; ++e) {

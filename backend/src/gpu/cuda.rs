@@ -80,6 +80,9 @@ pub struct CudaRuntime {
     sys: CudaSys,
     /// `cuInit`'s result: a driver without devices still loads, and says why here.
     init: GpuResult<()>,
+    /// Dynamic shared memory each function's limit has been raised to (function handle as
+    /// usize), so the driver is asked once per function and size, not on every launch.
+    shared_limits: std::sync::Mutex<std::collections::HashMap<usize, u32>>,
 }
 
 impl CudaRuntime {
@@ -94,7 +97,11 @@ impl CudaRuntime {
                 return (None, report);
             }
         };
-        let mut rt = CudaRuntime { sys, init: Ok(()) };
+        let mut rt = CudaRuntime {
+            sys,
+            init: Ok(()),
+            shared_limits: Default::default(),
+        };
         // SAFETY: cuInit takes flags that must be 0; it may be called any number of times.
         let code = unsafe { (rt.sys.cuInit)(0) };
         rt.init = rt.check("cuInit", code);
@@ -247,10 +254,16 @@ impl GpuRuntime for CudaRuntime {
         let [gx, gy, gz] = cfg.grid;
         let [bx, by, bz] = cfg.block;
         if cfg.shared_bytes > DEFAULT_DYNAMIC_SHARED {
-            // SAFETY: a live function handle; the driver checks the value against the device.
-            let code =
-                unsafe { (self.sys.cuFuncSetAttribute)(function.0, FUNC_MAX_DYNAMIC_SHARED, cfg.shared_bytes as i32) };
-            self.check("cuFuncSetAttribute", code)?;
+            let mut limits = self.shared_limits.lock().unwrap_or_else(|p| p.into_inner());
+            let raised = limits.entry(function.0 as usize).or_insert(DEFAULT_DYNAMIC_SHARED);
+            if cfg.shared_bytes > *raised {
+                // SAFETY: a live function handle; the driver checks the value against the device.
+                let code = unsafe {
+                    (self.sys.cuFuncSetAttribute)(function.0, FUNC_MAX_DYNAMIC_SHARED, cfg.shared_bytes as i32)
+                };
+                self.check("cuFuncSetAttribute", code)?;
+                *raised = cfg.shared_bytes;
+            }
         }
         // SAFETY: the caller guarantees `params` matches the kernel's parameter list.
         let code = unsafe {

@@ -201,3 +201,19 @@ impl Kernels {
         self.modules.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::target_of;
+
+    #[test]
+    fn the_kernels_target_is_read_from_the_compile_options() {
+        let o = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            target_of(&o(&["--gpu-architecture=sm_90a", "-std=c++17"]), "sm_90"),
+            "sm_90a"
+        );
+        assert_eq!(target_of(&o(&["--offload-arch=gfx1100", "-O3"]), "gfx1100"), "gfx1100");
+        assert_eq!(target_of(&o(&["-std=c++17"]), "sm_80"), "sm_80");
+    }
+}

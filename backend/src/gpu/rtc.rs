@@ -369,18 +369,6 @@ mod tests {
     use super::nvrtc_target;
 
     #[test]
-    fn the_kernels_target_is_read_from_the_compile_options() {
-        use crate::gpu::kernels::target_of;
-        let o = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(
-            target_of(&o(&["--gpu-architecture=sm_90a", "-std=c++17"]), "sm_90"),
-            "sm_90a"
-        );
-        assert_eq!(target_of(&o(&["--offload-arch=gfx1100", "-O3"]), "gfx1100"), "gfx1100");
-        assert_eq!(target_of(&o(&["-std=c++17"]), "sm_80"), "sm_80");
-    }
-
-    #[test]
     fn hopper_gets_its_feature_target_where_nvrtc_knows_it() {
         assert_eq!(nvrtc_target("sm_90", (13, 0)), "sm_90a");
         assert_eq!(nvrtc_target("sm_90", (12, 0)), "sm_90a");

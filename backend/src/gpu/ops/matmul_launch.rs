@@ -625,6 +625,17 @@ unsafe fn convert_src1(
     Ok(out)
 }
 
+/// The activation copy a tensor-core GEMM reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum MmaActs {
+    /// `tandem_quantize_q8_1`: the int8 tiles.
+    Q8_1,
+    /// `tandem_mma_f16_copy`: f16 weights.
+    F16,
+    /// `tandem_mma_f16_q8_copy`: the block types' Hopper GEMM.
+    F16Q8,
+}
+
 /// Queues the f16 copy of `src1` (`tandem_mma_f16_copy`) for the f16 mma GEMM.
 ///
 /// # Safety
@@ -755,14 +766,20 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
         let wgmma = wgmma_entry(w.ty).filter(|_| {
             wgmma_takes(w.ty, f16_prefill) && wgmma_allowed(ctx.kernels.target()) && wgmma_fits(w.ty, dptr(w), &s)
         });
-        let f16_acts = wgmma.is_some() || !uses_q8_1(w.ty);
-        let fits = if f16_acts {
+        // The activations the kernel reads: q8_1 for the int8 tiles, else an f16 copy (rounded to
+        // q8 first for the block types' Hopper GEMM).
+        let acts = match (wgmma.is_some(), uses_q8_1(w.ty)) {
+            (false, true) => MmaActs::Q8_1,
+            (true, true) => MmaActs::F16Q8,
+            (_, false) => MmaActs::F16,
+        };
+        let fits = if acts == MmaActs::Q8_1 {
+            q8_1_layout(columns, s.k).is_some()
+        } else {
             columns
                 .checked_mul(s.k)
                 .and_then(|v| v.checked_mul(2))
                 .is_some_and(|b| b <= MAX_SCRATCH as i64)
-        } else {
-            q8_1_layout(columns, s.k).is_some()
         };
         let (entry, cfg, tile_m) = match wgmma {
             Some(e) => (e, wgmma_config(w.ty, &s), WGMMA_TILE_M),
@@ -772,16 +789,20 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
             let f = ctx.kernels.function(MMA_FAMILY, entry)?;
             let mut args = KernelArgs::new();
             args.push(dptr(w));
-            if wgmma.is_some() && w.ty != ElemType::F16 {
-                // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
-                args.push(unsafe { f16_q8_src1(ctx, src1) }?);
-            } else if f16_acts {
-                // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
-                args.push(unsafe { f16_src1(ctx, src1) }?);
-            } else {
-                // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
-                let (qs, ds) = unsafe { quantize_src1(ctx, src1) }?;
-                args.push(qs).push(ds);
+            match acts {
+                MmaActs::Q8_1 => {
+                    // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
+                    let (qs, ds) = unsafe { quantize_src1(ctx, src1) }?;
+                    args.push(qs).push(ds);
+                }
+                MmaActs::F16 => {
+                    // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
+                    args.push(unsafe { f16_src1(ctx, src1) }?);
+                }
+                MmaActs::F16Q8 => {
+                    // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
+                    args.push(unsafe { f16_q8_src1(ctx, src1) }?);
+                }
             }
             args.push(dptr(node.dst)).push(s);
             // SAFETY: (w, [aq, ads | xh], dst, tandem_mm_shape); tiles past m, n or k are
