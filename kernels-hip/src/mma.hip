@@ -23,8 +23,10 @@
 // as they are, activations come from an f16 copy of src1 (tandem_mma_f16_copy: rounded to f16,
 // which is what the CPU's f16 dot products see), m16n8k16 mma with f32 accumulation.
 //
-// Hopper (sm_90a) path: tandem_wgmma_f16 and tandem_wgmma_<type> for the 32-value block types,
-// warpgroup mma on 128 x 256 tiles against the same f16 copy of src1; see "f16 path, Hopper".
+// Hopper (sm_90a) paths: tandem_wgmma_f16 and tandem_wgmma_<type> for the 32-value block types,
+// warpgroup mma on 128 x 256 tiles against the same f16 copy of src1 (see "f16 path, Hopper");
+// tandem_wgmmq_<type>, int8 warpgroup mma for the 32-value block types against the q8_1 copy,
+// the integer path's sums on 128 x 128 tiles (see "integer path, Hopper").
 #include "tandem_hip.h"
 #include "tandem_quant.h"
 
@@ -1002,6 +1004,14 @@ TANDEM_DEVICE void tandem_wgmma_hold(float (&d)[N]) {
 #endif
 }
 
+template <int N>
+TANDEM_DEVICE void tandem_wgmma_hold(int (&d)[N]) {
+#if defined(TANDEM_WGMMA_ENABLED)
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+r"(d[i])::"memory");
+#endif
+}
+
 // D (64 x 256, f32, 128 per thread) += A (64 x 16) * B (256 x 16)^T, both f16 in shared memory
 // (descriptors), both K-major.
 TANDEM_DEVICE void tandem_wgmma_256(float (&d)[128], u64 da, u64 db) {
@@ -1037,6 +1047,23 @@ TANDEM_DEVICE void tandem_wgmma_256(float (&d)[128], u64 da, u64 db) {
 #endif
 }
 
+// D (64 x 32, s32, 16 per thread) = A (64 x 32) * B (32 x 32)^T, both s8 in shared memory
+// (descriptors), both K-major. D is written only (scale-d false): code that reset accumulators
+// between mma would let the register allocator move them, and ptxas then serializes the mma.
+TANDEM_DEVICE void tandem_wgmma_s8_32(int (&d)[16], u64 da, u64 db) {
+#if defined(TANDEM_WGMMA_ENABLED)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k32.s32.s8.s8 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+                 "}, %16, %17, p;\n}"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3]), "=r"(d[4]), "=r"(d[5]), "=r"(d[6]), "=r"(d[7]),
+                   "=r"(d[8]), "=r"(d[9]), "=r"(d[10]), "=r"(d[11]), "=r"(d[12]), "=r"(d[13]), "=r"(d[14]), "=r"(d[15])
+                 : "l"(da), "l"(db), "r"(0));
+#else
+#pragma unroll
+    for (int i = 0; i < 16; ++i) d[i] = 0;
+#endif
+}
 
 // How many of a thread's `most` copy rows, 32 apart, lie among the `left` rows from its first.
 TANDEM_DEVICE int tandem_wgmma_lim(i64 left, int most) {
@@ -1320,6 +1347,350 @@ TANDEM_DEVICE void tandem_wgmma_quant_tile(const char* w, const u16* xh, char* d
     tandem_wgmma_store(acc, dst + i12 * s.nb2 + i13 * s.nb3, s, row0, col0);
 }
 
+// ---------------------------------------------------------------- integer path, Hopper
+// The 32-value block types against the q8_1 copy of the activations with int8 warpgroup mma
+// (sm_90a): the exact integer group sums of the int8 tiles above, scaled in f32, so the results
+// are theirs (the CPU's up to the f32 summation order). Block = TANDEM_WGMMQ_THREADS (512)
+// threads, four warpgroups; tile TANDEM_WGMMQ_BM (128) weight rows x TANDEM_WGMMQ_BN (128)
+// columns; k steps of 128 values (TANDEM_WGMMQ_KG groups): one 128-byte int8 row per weight row
+// and activation column, swizzled as in the f16 path, each group the same descriptor 32 bytes
+// further on. Warpgroup w takes tile columns 64 (w % 2) .. + 64 (the mma's A operand) against
+// weight rows 64 (w / 2) .. + 64 (its B operand), as two halves of 32 rows; so a thread's
+// accumulators span two activation columns (64 (w % 2) + 16 (i / 32) + (i % 32) / 4, + 8; i =
+// thread of the warpgroup) and 16 weight rows (64 (w / 2) + 32 h + 8 j + 2 (i % 4) + e): it
+// keeps the activation scales in registers and reads one weight scale per row and group. Four
+// warpgroups of modest register use (rather than two with twice the tile each) give every
+// scheduler four warps to switch between while one waits.
+//
+// Per group and half, an m64n32k32 mma writes the int32 group sums; once it is done the threads
+// fold them into their f32 accumulators: with R = sum + 0x4B400000 read as an f32 (12582912 +
+// sum, exactly, as |sum| < 2^22),
+//     acc += d_w * fma(d_a, R, n_a),  n_a = -12582912 d_a   (= d_w * (d_a * sum): d_a is an f16
+//                                     value, so n_a and the fma's difference are exact)
+//            [+ m_w * s_a for the types with an offset],
+// and issue the half's next mma, while the other half's mma runs: the tensor cores and the
+// scaling overlap within each warpgroup.
+//
+// Copies: cp.async group j holds the activation rows of step j and the (d, s) pairs and raw
+// weight blocks of step j + 1, TANDEM_WGMMQ_STAGES - 1 groups ahead. During step s every thread
+// unpacks one block of step s + 1 (frag()) into the other of two swizzled weight tiles with its
+// d and m, and turns one pair of step s + 1 into (d_a, n_a, s_a). Shared memory (dynamic,
+// `wgmmq_shared_bytes` in matmul_launch.rs): the two weight tiles, their scales, the two
+// converted pair sets, then the stages (activation rows, pairs, raw blocks padded to 1024
+// bytes). Weight rows must be 8-byte aligned and k a multiple of 128 (the host checks; the int8
+// tiles take the rest).
+
+#define TANDEM_WGMMQ_THREADS 512
+#define TANDEM_WGMMQ_BM 128
+#define TANDEM_WGMMQ_BN 128
+#define TANDEM_WGMMQ_KG 4
+#define TANDEM_WGMMQ_STAGES 4
+// Bytes of one step's int8 tile (weight rows or activation columns: 128 x 128 bytes).
+#define TANDEM_WGMMQ_TILE (128 * 128)
+#define TANDEM_WGMMQ_MAGIC 0x4B400000
+
+template <typename T>
+struct tandem_wgmmq_layout {
+    static constexpr int RAW_ROW = TANDEM_WGMMQ_KG * T::BYTES;
+    // 8-byte units of a row's raw step, and those of each of the four threads of a row (the last
+    // ones may have fewer or none).
+    static constexpr int UNITS = RAW_ROW / 8;
+    static constexpr int UQ = (UNITS + 3) / 4;
+    // (d, s) f32 pairs of a step as copied, group-major: pair (g, c) at 8 (g * BN + c).
+    static constexpr int PAIRS = TANDEM_WGMMQ_KG * TANDEM_WGMMQ_BN * 8;
+    static constexpr int STAGE = TANDEM_WGMMQ_TILE + PAIRS + (TANDEM_WGMMQ_BM * RAW_ROW + 1023) / 1024 * 1024;
+    // Weight scales of a tile: d of row 8 j + 2 q + e (j < 16) and group g at (4 g + q) * SROW +
+    // 2 j + e, m at SCALE_M + the same. A thread's 8 rows of a half and group are 8 floats in a
+    // row; the rows of the four q lie 36 floats apart, so their 16-byte loads hit distinct banks.
+    static constexpr int SROW = 36;
+    static constexpr int SCALE_M = TANDEM_WGMMQ_KG * 4 * SROW;
+    static constexpr int SCALES = 2 * SCALE_M * 4;
+    // Activation scales of a step: d_a, n_a and s_a of tile column c and group g at KG c + g, in
+    // three arrays of ACT floats.
+    static constexpr int ACT = TANDEM_WGMMQ_BN * TANDEM_WGMMQ_KG;
+    static constexpr int ACTS = 3 * ACT * 4;
+    static constexpr int STAGES_AT = (2 * TANDEM_WGMMQ_TILE + 2 * SCALES + 2 * ACTS + 1023) / 1024 * 1024;
+    static_assert(RAW_ROW % 8 == 0, "raw steps are whole 8-byte units");
+    static_assert(STAGE % 1024 == 0 && TANDEM_WGMMQ_TILE % 1024 == 0, "swizzled tiles start 1024-byte aligned");
+};
+
+// A thread's copies of each step: 16-byte piece t % 8 of the int8 rows of tile columns t / 8 +
+// 64 i (bit i of `in`: the map has the column), the pair of group t % 4 of tile column t / 4
+// (bit 2), and raw units UQ (t % 4) .. of weight row t / 4 (bit 3: the row is inside m). Offsets
+// into the q8_1 copy are 32-bit (it is at most MAX_SCRATCH, 1 GiB); missing columns and rows
+// copy zeros.
+template <typename T>
+struct tandem_wgmmq_copies {
+    using L = tandem_wgmmq_layout<T>;
+    static_assert(TANDEM_WGMMQ_THREADS == 512 && TANDEM_WGMMQ_BN == 128 && TANDEM_WGMMQ_KG == 4,
+                  "two row pieces, one pair and a quarter weight row per thread");
+    const u8* aq;
+    const u8* ads;
+    const u8* w;
+    u32 q[2];
+    u32 d;
+    u32 in;
+    template <typename C>
+    __device__ tandem_wgmmq_copies(const char* aq_, const char* ads_, i64 k, const C& cols, const u8* wrow0,
+                                   i64 nb01, i64 rows)
+        : aq((const u8*)aq_), ads((const u8*)ads_) {
+        const int t = threadIdx.x;
+        in = 0;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const i64 c = cols.act(t / 8 + 64 * i);
+            q[i] = c >= 0 ? (u32)(c * k + 16 * (t % 8)) : 0;
+            if (c >= 0) in |= 1u << i;
+        }
+        const i64 c = cols.act(t / 4);
+        d = c >= 0 ? (u32)((c * (k / 32) + t % 4) * 8) : 0;
+        if (c >= 0) in |= 4u;
+        const bool row_in = t / 4 < rows;
+        w = row_in ? wrow0 + (t / 4) * nb01 + 8 * (t % 4) * L::UQ : wrow0;
+        if (row_in) in |= 8u;
+    }
+    // The activation rows of step st into `act`.
+    __device__ void acts(u8* act, i64 st) const {
+        const int t = threadIdx.x;
+        const u32 at = tandem_smem_addr(act) + tandem_wgmma_at(t / 8, t % 8);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const bool ok = (in >> i) & 1u;
+            tandem_cp16s(at + i * 64 * 128, aq + (ok ? q[i] + (u32)st * 128 : 0), ok ? 16 : 0);
+        }
+    }
+    // The pairs and raw weight blocks of step st into `pairs` and `raw`.
+    __device__ void blocks(u8* pairs, u8* raw, i64 st) const {
+        const int t = threadIdx.x, u0 = (t % 4) * L::UQ;
+        const bool dok = (in >> 2) & 1u;
+        tandem_cp8(pairs + ((t % 4) * TANDEM_WGMMQ_BN + t / 4) * 8,
+                   ads + (dok ? d + (u32)st * TANDEM_WGMMQ_KG * 8 : 0), dok ? 8 : 0);
+        const bool wok = (in >> 3) & 1u;
+        const u8* src = w + (wok ? st * L::RAW_ROW : 0);
+        u8* dst = raw + (t / 4) * L::RAW_ROW + 8 * u0;
+#pragma unroll
+        for (int j = 0; j < L::UQ; ++j) {
+            if (u0 + j < L::UNITS) tandem_cp8(dst + 8 * j, src + 8 * j, wok ? 8 : 0);
+        }
+    }
+};
+
+// Thread t: block t % 4 of row t / 4 of the raw step at `raw`, as int8 into the swizzled tile
+// (values 0-15 in piece 2 (t % 4), 16-31 in the next) and its d, m into `scales`; and pair t of
+// the copied step at `pairs` into `act`.
+template <typename T>
+TANDEM_DEVICE void tandem_wgmmq_prepare(u8* tile, float* scales, float* act, const u8* raw, const u8* pairs) {
+    using L = tandem_wgmmq_layout<T>;
+    const int r = threadIdx.x / 4, blk = threadIdx.x % 4;
+    const int at = blk * 4 * L::SROW + ((r % 8) / 2) * L::SROW + 2 * (r / 8) + r % 2;  // row r = 8 j + 2 q + e
+    const u8* b = raw + r * L::RAW_ROW + blk * T::BYTES;
+    u32 lo[4], hi[4];
+    float d, m;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) T::frag(b, c, lo[c], hi[c], d, m);
+    *(uint4*)(tile + tandem_wgmma_at(r, 2 * blk)) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    *(uint4*)(tile + tandem_wgmma_at(r, 2 * blk + 1)) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    scales[at] = d;
+    if (T::MIN) scales[L::SCALE_M + at] = m;
+    const int p = threadIdx.x;
+    const int g = p / TANDEM_WGMMQ_BN, c = p % TANDEM_WGMMQ_BN;
+    const float2 ds = ((const float2*)pairs)[p];
+    act[TANDEM_WGMMQ_KG * c + g] = ds.x;
+    act[L::ACT + TANDEM_WGMMQ_KG * c + g] = -12582912.0f * ds.x;
+    if (T::MIN) act[2 * L::ACT + TANDEM_WGMMQ_KG * c + g] = ds.y;
+}
+
+// Issues the mma of group `gi` of a step: this warpgroup's 64 activation columns (descriptor
+// da) against 32 weight rows (db), into ia. Group gi starts 32 bytes (2 descriptor address
+// units) after group 0.
+TANDEM_DEVICE void tandem_wgmmq_issue(int (&ia)[16], u64 da, u64 db, int gi) {
+    tandem_wgmma_fence();
+    tandem_wgmma_s8_32(ia, da + 2 * gi, db + 2 * gi);
+    tandem_wgmma_commit();
+}
+
+TANDEM_DEVICE float tandem_wgmmq_pick(const float4& v, int g) {
+    return g == 0 ? v.x : (g == 1 ? v.y : (g == 2 ? v.z : v.w));
+}
+
+// The weight scales one half of a group needs: d of this thread's 8 rows (row 8 j + 2 q + e of
+// the half at 2 j + e) and, with an offset, their m.
+template <typename T>
+struct tandem_wgmmq_wscales {
+    float4 d[2], m[2];
+    __device__ tandem_wgmmq_wscales(const float* w) {
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+            d[k] = *(const float4*)(w + 4 * k);
+            m[k] = T::MIN ? *(const float4*)(w + tandem_wgmmq_layout<T>::SCALE_M + 4 * k) : make_float4(0, 0, 0, 0);
+        }
+    }
+};
+
+// Folds one half's finished group sums into its f32 accumulators: accumulator 4 j + e is
+// activation column a0 (e < 2) or a1 and weight row 8 j + 2 q + (e & 1) of the half. (dk, nk, sk):
+// the group's d_a, n_a and s_a of column ak.
+template <typename T>
+TANDEM_DEVICE void tandem_wgmmq_scale(const int (&ia)[16], float* acc, const tandem_wgmmq_wscales<T>& w, float d0,
+                                      float n0, float s0, float d1, float n1, float s1) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const float4& wd = w.d[j / 2];
+        const float4& wm = w.m[j / 2];
+        const float dw[2] = {j % 2 ? wd.z : wd.x, j % 2 ? wd.w : wd.y};
+        const float mw[2] = {j % 2 ? wm.z : wm.x, j % 2 ? wm.w : wm.y};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float r = __int_as_float(ia[4 * j + e] + TANDEM_WGMMQ_MAGIC);
+            const float t = e < 2 ? fmaf(d0, r, n0) : fmaf(d1, r, n1);
+            float o = fmaf(dw[e & 1], t, acc[4 * j + e]);
+            if (T::MIN) o = fmaf(mw[e & 1], e < 2 ? s0 : s1, o);
+            acc[4 * j + e] = o;
+        }
+    }
+}
+
+// One 128 x 128 output tile: weight rows row0 .. row0 + 128 (row r at wb + r * nb01, m rows, k
+// values) against the 128 q8_1 columns of the map cols() makes (made again for the store rather
+// than kept in registers through the k loop); `base`: the 1024-byte aligned dynamic shared
+// memory.
+template <typename T, typename F>
+TANDEM_DEVICE void tandem_wgmmq_tile(u8* base, const u8* wb, i64 nb01, i64 m, i64 k, i64 row0, const char* aq,
+                                     const char* ads, const F& cols) {
+    using L = tandem_wgmmq_layout<T>;
+    static_assert(TANDEM_WGMMQ_THREADS == 512 && TANDEM_WGMMQ_KG * 32 == 128 && TANDEM_WGMMQ_BN == 128 &&
+                      TANDEM_WGMMQ_BM == 128,
+                  "four warpgroups of 64 columns x 64 weight rows; 128-byte step rows");
+    static_assert(TANDEM_WGMMQ_STAGES >= 3, "steps in flight beside the one in use");
+    const tandem_wgmmq_copies<T> cp(aq, ads, k, cols(), wb + row0 * nb01, nb01, m - row0);
+    u8* stages = base + L::STAGES_AT;
+    const i64 steps = k / 128;
+    // Stage j % STAGES: activation rows, pairs and raw blocks of step j.
+    auto act = [&](i64 j) { return stages + (int)(j % TANDEM_WGMMQ_STAGES) * L::STAGE; };
+    auto pairs = [&](i64 j) { return act(j) + TANDEM_WGMMQ_TILE; };
+    auto raw = [&](i64 j) { return pairs(j) + L::PAIRS; };
+    auto tile = [&](i64 j) { return base + (int)(j & 1) * TANDEM_WGMMQ_TILE; };
+    auto scales = [&](i64 j) { return (float*)(base + 2 * TANDEM_WGMMQ_TILE + (int)(j & 1) * L::SCALES); };
+    auto acts = [&](i64 j) { return (float*)(base + 2 * TANDEM_WGMMQ_TILE + 2 * L::SCALES + (int)(j & 1) * L::ACTS); };
+    cp.blocks(pairs(0), raw(0), 0);
+#pragma unroll
+    for (int j = 0; j < TANDEM_WGMMQ_STAGES - 1; ++j) {
+        if (j < steps) cp.acts(act(j), j);
+        if (j + 1 < steps) cp.blocks(pairs(j + 1), raw(j + 1), j + 1);
+        tandem_cp_commit();
+    }
+    tandem_cp_wait<TANDEM_WGMMQ_STAGES - 2>();
+    __syncthreads();
+    tandem_wgmmq_prepare<T>(tile(0), scales(0), acts(0), raw(0), pairs(0));
+    float acc[32];
+    int lo[16], hi[16];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) acc[i] = 0.0f;
+    const int wg = threadIdx.x / 128, i = threadIdx.x % 128;
+    const int a0 = 64 * (wg % 2) + 16 * (i / 32) + (i % 32) / 4, q = i % 4;
+    for (i64 st = 0; st < steps; ++st) {
+        tandem_cp_wait<TANDEM_WGMMQ_STAGES - 2>();
+        tandem_wgmma_proxy_fence();
+        // Group st is in for every thread (activation rows of step st; pairs and raw blocks of
+        // step st + 1) and so are step st's weight tile and scales; every mma of step st - 1 has
+        // finished, so its stage takes the rows of step st + STAGES - 1, this step's stage (whose
+        // pairs and raw blocks were prepared during step st - 1) the blocks of step st + STAGES,
+        // and step st - 1's tile and scales step st + 1's.
+        __syncthreads();
+        const u64 da = tandem_wgmma_desc(act(st) + (wg % 2) * 64 * 128);
+        const u64 dlo = tandem_wgmma_desc(tile(st) + (wg / 2) * 64 * 128), dhi = dlo + 32 * 128 / 16;
+        tandem_wgmmq_issue(lo, da, dlo, 0);
+        tandem_wgmmq_issue(hi, da, dhi, 0);
+        const i64 next = st + TANDEM_WGMMQ_STAGES - 1;
+        if (next < steps) cp.acts(act(next), next);
+        if (next + 1 < steps) cp.blocks(pairs(next + 1), raw(next + 1), next + 1);
+        tandem_cp_commit();
+        if (st + 1 < steps) tandem_wgmmq_prepare<T>(tile(st + 1), scales(st + 1), acts(st + 1), raw(st + 1), pairs(st + 1));
+        const float* av = acts(st);
+        const float4 d0 = *(const float4*)(av + 4 * a0), d1 = *(const float4*)(av + 4 * (a0 + 8));
+        const float4 n0 = *(const float4*)(av + L::ACT + 4 * a0), n1 = *(const float4*)(av + L::ACT + 4 * (a0 + 8));
+        float4 s0 = make_float4(0, 0, 0, 0), s1 = s0;
+        if (T::MIN) {
+            s0 = *(const float4*)(av + 2 * L::ACT + 4 * a0);
+            s1 = *(const float4*)(av + 2 * L::ACT + 4 * (a0 + 8));
+        }
+        // This thread's rows of the warpgroup's 64 (2 j + e of group g at 16 (wg / 2) + ...).
+        const float* sc = scales(st) + q * L::SROW + 16 * (wg / 2);
+#pragma unroll
+        for (int gi = 0; gi < TANDEM_WGMMQ_KG; ++gi) {
+            const float gd0 = tandem_wgmmq_pick(d0, gi), gn0 = tandem_wgmmq_pick(n0, gi), gs0 = tandem_wgmmq_pick(s0, gi);
+            const float gd1 = tandem_wgmmq_pick(d1, gi), gn1 = tandem_wgmmq_pick(n1, gi), gs1 = tandem_wgmmq_pick(s1, gi);
+            const float* w = sc + 4 * L::SROW * gi;
+            // In flight: this group's lo and hi mma. Once lo's is done, fold it and issue its
+            // next group's mma; then the same for hi. Each half's weight scales are read before
+            // its wait.
+            {
+                const tandem_wgmmq_wscales<T> ws(w);
+                tandem_wgmma_wait<1>();
+                tandem_wgmma_hold(lo);
+                tandem_wgmmq_scale<T>(lo, acc, ws, gd0, gn0, gs0, gd1, gn1, gs1);
+                if (gi + 1 < TANDEM_WGMMQ_KG) tandem_wgmmq_issue(lo, da, dlo, gi + 1);
+            }
+            {
+                const tandem_wgmmq_wscales<T> ws(w + 8);
+                if (gi + 1 < TANDEM_WGMMQ_KG) {
+                    tandem_wgmma_wait<1>();
+                } else {
+                    tandem_wgmma_wait<0>();
+                }
+                tandem_wgmma_hold(hi);
+                tandem_wgmmq_scale<T>(hi, acc + 16, ws, gd0, gn0, gs0, gd1, gn1, gs1);
+                if (gi + 1 < TANDEM_WGMMQ_KG) tandem_wgmmq_issue(hi, da, dhi, gi + 1);
+            }
+        }
+    }
+    tandem_cp_wait<0>();
+#if !defined(TANDEM_WGMMA_ENABLED)
+#pragma unroll
+    for (int i = 0; i < 32; ++i) acc[i] = __int_as_float(0x7fc00000);
+#endif
+    // Accumulator 16 h + 4 j + e: activation column a0 (+ 8 for e >= 2), weight row
+    // 64 (wg / 2) + 32 h + 8 j + 2 q + (e & 1).
+    const auto c = cols();
+    char* out[2] = {c.out(a0), c.out(a0 + 8)};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const i64 row = row0 + 64 * (wg / 2) + 32 * h + 8 * j + 2 * q + (e & 1);
+                char* o = out[e / 2];
+                if (row < m && o != nullptr) *(float*)(o + row * 4) = acc[16 * h + 4 * j + e];
+            }
+        }
+    }
+}
+
+// The dense column map of batch b's tile at col0 (MUL_MAT).
+TANDEM_DEVICE tandem_mma_dense_cols tandem_wgmmq_dense(char* dst, i64 b, const tandem_mm_shape& s, i64 col0) {
+    tandem_mma_dense_cols cols;
+    cols.first = b * s.n;
+    cols.col0 = col0;
+    cols.n = s.n;
+    cols.nb1 = s.nb1;
+    cols.dst = dst + (b % s.ne12) * s.nb2 + (b / s.ne12) * s.nb3;
+    return cols;
+}
+
+// MUL_MAT, 32-value blocks, Hopper: block (column tile, row tile, batch).
+template <typename T>
+TANDEM_DEVICE void tandem_wgmmq_quant(const char* w, const char* aq, const char* ads, char* dst,
+                                      const tandem_mm_shape& s) {
+    extern __shared__ __align__(1024) u8 tandem_wgmma_smem[];
+    const i64 b = blockIdx.z;
+    if (b >= s.ne12 * s.ne13) return;
+    const u8* wb = (const u8*)w + ((b % s.ne12) / s.r2) * s.nb02 + ((b / s.ne12) / s.r3) * s.nb03;
+    auto cols = [&] { return tandem_wgmmq_dense(dst, b, s, (i64)blockIdx.x * TANDEM_WGMMQ_BN); };
+    tandem_wgmmq_tile<T>(tandem_wgmma_base(tandem_wgmma_smem), wb, s.nb01, s.m, s.k, (i64)blockIdx.y * TANDEM_WGMMQ_BM,
+                         aq, ads, cols);
+}
+
 #define TANDEM_MMA_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_MMA_THREADS, 2)
 #define TANDEM_MMQ_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_MMQ_THREADS, 4)
 #define TANDEM_MMA_ARGS_Q const char *w, const char *aq, const char *ads, char *dst, tandem_mm_shape s
@@ -1364,6 +1735,7 @@ TANDEM_MMA_KERNEL tandem_mma_f16(const char* w, const u16* xh, char* dst, tandem
 
 #define TANDEM_WGMMA_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_WGMMA_THREADS, 1)
 #define TANDEM_WGMMA_ARGS const char *w, const u16 *xh, char *dst, tandem_mm_shape s
+#define TANDEM_WGMMQ_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_WGMMQ_THREADS, 1)
 TANDEM_WGMMA_KERNEL tandem_wgmma_f16(TANDEM_WGMMA_ARGS) { tandem_wgmma_f16_tile(w, xh, dst, s); }
 TANDEM_WGMMA_KERNEL tandem_wgmma_q4_0(TANDEM_WGMMA_ARGS) { tandem_wgmma_quant_tile<tandem_mmf_q4_0>(w, xh, dst, s); }
 TANDEM_WGMMA_KERNEL tandem_wgmma_q4_1(TANDEM_WGMMA_ARGS) { tandem_wgmma_quant_tile<tandem_mmf_q4_1>(w, xh, dst, s); }
@@ -1372,6 +1744,14 @@ TANDEM_WGMMA_KERNEL tandem_wgmma_q5_1(TANDEM_WGMMA_ARGS) { tandem_wgmma_quant_ti
 TANDEM_WGMMA_KERNEL tandem_wgmma_q8_0(TANDEM_WGMMA_ARGS) { tandem_wgmma_quant_tile<tandem_mmf_q8_0>(w, xh, dst, s); }
 TANDEM_WGMMA_KERNEL tandem_wgmma_iq4_nl(TANDEM_WGMMA_ARGS) {
     tandem_wgmma_quant_tile<tandem_mmf_iq4_nl>(w, xh, dst, s);
+}
+TANDEM_WGMMQ_KERNEL tandem_wgmmq_q4_0(TANDEM_MMA_ARGS_Q) { tandem_wgmmq_quant<tandem_mmf_q4_0>(w, aq, ads, dst, s); }
+TANDEM_WGMMQ_KERNEL tandem_wgmmq_q4_1(TANDEM_MMA_ARGS_Q) { tandem_wgmmq_quant<tandem_mmf_q4_1>(w, aq, ads, dst, s); }
+TANDEM_WGMMQ_KERNEL tandem_wgmmq_q5_0(TANDEM_MMA_ARGS_Q) { tandem_wgmmq_quant<tandem_mmf_q5_0>(w, aq, ads, dst, s); }
+TANDEM_WGMMQ_KERNEL tandem_wgmmq_q5_1(TANDEM_MMA_ARGS_Q) { tandem_wgmmq_quant<tandem_mmf_q5_1>(w, aq, ads, dst, s); }
+TANDEM_WGMMQ_KERNEL tandem_wgmmq_q8_0(TANDEM_MMA_ARGS_Q) { tandem_wgmmq_quant<tandem_mmf_q8_0>(w, aq, ads, dst, s); }
+TANDEM_WGMMQ_KERNEL tandem_wgmmq_iq4_nl(TANDEM_MMA_ARGS_Q) {
+    tandem_wgmmq_quant<tandem_mmf_iq4_nl>(w, aq, ads, dst, s);
 }
 
 // src1 (f32, [k, ne1, ne2, ne3] with byte strides, as tandem_q8_shape in gemv.hip) rounded to

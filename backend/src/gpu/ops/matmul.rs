@@ -211,8 +211,8 @@ mod tests {
         convert_config, entries, gemm_config, gemv_act_bytes, gemv_config, gemv_fuses_quantize, gemv_shared_bytes,
         gemv_stages, gemv_waves, has_mma, has_wgmma, mma_config, mma_entry, mma_tile, mmid_grouped_bytes,
         mmid_mma_config, mmid_mma_entry, quantize_config, rows_per_wave, wgmma_config, wgmma_entry, wgmma_fits,
-        wgmma_shared_bytes, wgmma_takes, GEMM_FAMILY, GEMV_FAMILY, GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES,
-        MMA_COPY_VALUES,
+        wgmma_shared_bytes, wgmma_takes, wgmmq_config, wgmmq_entry, wgmmq_fits, wgmmq_shared_bytes, GEMM_FAMILY,
+        GEMV_FAMILY, GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES, MMA_COPY_VALUES,
     };
     use super::*;
     use crate::gpu::api::DevicePtr;
@@ -520,6 +520,43 @@ mod tests {
             "batch base off 4 bytes"
         );
         assert!(!wgmma_fits(ElemType::Q4K, at, &q), "no Hopper GEMM for superblocks");
+        // Hopper int8 GEMM: 512 threads, 128 x 128 tiles; q4_0: two 16 KiB weight tiles with
+        // 4.5 KiB of scales and 6 KiB of converted activation scales each (53 KiB in all), four
+        // steps of 16 KiB activations + 4 KiB pairs + 9 KiB raw blocks.
+        let c = wgmmq_config(ElemType::Q4_0, &mm);
+        assert_eq!(
+            (c.grid, c.block, c.shared_bytes),
+            ([4, 112, 1], [512, 1, 1], 54_272 + 4 * (16_384 + 4096 + 9216) + 1024)
+        );
+        for ty in TYPES {
+            let e = wgmmq_entry(ty);
+            assert_eq!(
+                e.is_some(),
+                mmid_mma_entry(ty).is_some() && ty.block_size() == 32,
+                "{ty}"
+            );
+            if let Some(entry) = e {
+                assert!(tandem_kernels_hip::find("mma").unwrap().entries.contains(&entry));
+                let bytes = wgmmq_shared_bytes(ty);
+                assert!(bytes <= 227 * 1024 && bytes.is_multiple_of(1024), "{ty}");
+            }
+        }
+        assert!(wgmmq_fits(ElemType::Q4_0, at, &q));
+        let k4160 = MulMatShape {
+            k: 4160,
+            nb01: 18 * 130,
+            ..q
+        };
+        assert!(!wgmmq_fits(ElemType::Q4_0, at, &k4160), "k not whole steps");
+        assert!(
+            !wgmmq_fits(ElemType::Q4_0, DevicePtr((1 << 20) + 4), &q),
+            "base off 8 bytes"
+        );
+        assert!(
+            !wgmmq_fits(ElemType::Q4_0, at, &MulMatShape { nb02: 36, ..q }),
+            "batch base off 8 bytes"
+        );
+        assert!(!wgmmq_fits(ElemType::Q4K, at, &q) && !wgmmq_fits(ElemType::F16, at, &q));
         for ty in TYPES {
             if mma_entry(ty).is_some() {
                 let (threads, tm, tn) = mma_tile(ty);
@@ -550,7 +587,7 @@ mod tests {
         use super::super::matmul_launch::{
             GEMM_THREADS, GEMM_TILE, GEMV_CHUNK, GEMV_FLOAT_ROWS, GEMV_THREADS, MMA_COPY_VALUES, MMA_THREADS,
             MMA_TILE_M, MMA_TILE_N, MMID_MAX_EXPERTS, MMQ_THREADS, MMQ_TILE_M, MMQ_TILE_N, WGMMA_QSTAGES, WGMMA_STAGES,
-            WGMMA_THREADS, WGMMA_TILE_M, WGMMA_TILE_N,
+            WGMMA_THREADS, WGMMA_TILE_M, WGMMA_TILE_N, WGMMQ_STAGES, WGMMQ_THREADS, WGMMQ_TILE_M, WGMMQ_TILE_N,
         };
         let src = |family| tandem_kernels_hip::find(family).unwrap().source;
         let (gemv, gemm, mma) = (src("gemv"), src("gemm"), src("mma"));
@@ -571,6 +608,10 @@ mod tests {
             (mma, format!("#define TANDEM_WGMMA_BN {WGMMA_TILE_N}\n")),
             (mma, format!("#define TANDEM_WGMMA_STAGES {WGMMA_STAGES}\n")),
             (mma, format!("#define TANDEM_WGMMA_QSTAGES {WGMMA_QSTAGES}\n")),
+            (mma, format!("#define TANDEM_WGMMQ_THREADS {WGMMQ_THREADS}\n")),
+            (mma, format!("#define TANDEM_WGMMQ_BM {WGMMQ_TILE_M}\n")),
+            (mma, format!("#define TANDEM_WGMMQ_BN {WGMMQ_TILE_N}\n")),
+            (mma, format!("#define TANDEM_WGMMQ_STAGES {WGMMQ_STAGES}\n")),
             (mma, format!("#define TANDEM_MMA_COPY_VALUES {MMA_COPY_VALUES}\n")),
             (mma, format!("#define TANDEM_MMQ_THREADS {MMQ_THREADS}\n")),
             (mma, format!("#define TANDEM_MMQ_BM {MMQ_TILE_M}\n")),

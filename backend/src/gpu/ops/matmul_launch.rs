@@ -22,6 +22,9 @@
 //! - `tandem_wgmma_<type>` (NVIDIA sm_90, see [`wgmma_takes`]): f16 and the 32-value block types
 //!   on the f16 copy of src1 with warpgroup mma; block 256 (two warpgroups), 128 x 256 tiles,
 //!   grid (ceil(n / 256), ceil(m / 128), batches), dynamic shared memory [`wgmma_shared_bytes`].
+//! - `tandem_wgmmq_<type>` (NVIDIA sm_90, the 32-value block types unless `TANDEM_F16_PREFILL`):
+//!   int8 warpgroup mma on the q8_1 copy of src1; block 512 (four warpgroups), 128 x 128 tiles,
+//!   grid (ceil(n / 128), ceil(m / 128), batches), dynamic shared memory [`wgmmq_shared_bytes`].
 
 use crate::gpu::api::{DevicePtr, LaunchConfig};
 use crate::gpu::kernels::KernelError;
@@ -44,8 +47,17 @@ pub const WGMMA_THREADS: u32 = 256;
 pub const WGMMA_TILE_M: i64 = 128;
 pub const WGMMA_TILE_N: i64 = 256;
 pub const WGMMA_STAGES: i64 = 4;
-/// Steps in shared memory of the Hopper GEMM of the 32-value block types (`TANDEM_WGMMA_QSTAGES`).
+/// Steps in shared memory of the Hopper f16 GEMM of the 32-value block types
+/// (`TANDEM_WGMMA_QSTAGES`).
 pub const WGMMA_QSTAGES: i64 = 4;
+/// Threads, output tile and k steps in shared memory of the Hopper int8 GEMMs of the 32-value
+/// block types (`tandem_wgmmq_*`, `TANDEM_WGMMQ_*` of mma.hip): four
+/// warpgroups, each 64 columns of the tile against 64 of its weight rows; steps of 128 values (a
+/// 128-byte int8 row per weight row and activation column).
+pub const WGMMQ_THREADS: u32 = 512;
+pub const WGMMQ_TILE_M: i64 = 128;
+pub const WGMMQ_TILE_N: i64 = 128;
+pub const WGMMQ_STAGES: i64 = 4;
 /// The same for the pipelined int8 GEMM of the 32-value block types (`TANDEM_MMQ_*`).
 pub const MMQ_THREADS: u32 = 128;
 pub const MMQ_TILE_M: i64 = 64;
@@ -391,7 +403,7 @@ pub fn wgmma_entry(ty: ElemType) -> Option<&'static str> {
 /// are rounded to f16 as the CPU's f16 dot products round them); the 32-value block types only
 /// with `TANDEM_F16_PREFILL=1` (`f16_prefill`): their activations are rounded to q8 as the CPU
 /// rounds them, but weights and activations then meet as f16 products where the CPU and the
-/// int8 tiles sum integers (results within the matmul tolerance, yet greedy tokens of small
+/// int8 GEMMs sum integers (results within the matmul tolerance, yet greedy tokens of small
 /// models can differ).
 pub fn wgmma_takes(ty: ElemType, f16_prefill: bool) -> bool {
     wgmma_entry(ty).is_some() && (ty == ElemType::F16 || f16_prefill)
@@ -427,6 +439,51 @@ pub fn wgmma_config(ty: ElemType, s: &MulMatShape) -> LaunchConfig {
     LaunchConfig {
         shared_bytes: wgmma_shared_bytes(ty),
         ..tile_grid((s.n, WGMMA_TILE_N), (s.m, WGMMA_TILE_M), s.batches(), WGMMA_THREADS)
+    }
+}
+
+/// The Hopper int8 GEMM for weights of `ty` (the 32-value block types), if there is one. (Grouped
+/// MUL_MAT_ID keeps the 64 x 64 int8 tiles: an expert's few tokens would fill a fraction of a
+/// 128-column tile, whose scaling work is per column all the same.)
+pub fn wgmmq_entry(ty: ElemType) -> Option<&'static str> {
+    Some(match ty {
+        ElemType::Q4_0 => "tandem_wgmmq_q4_0",
+        ElemType::Q4_1 => "tandem_wgmmq_q4_1",
+        ElemType::Q5_0 => "tandem_wgmmq_q5_0",
+        ElemType::Q5_1 => "tandem_wgmmq_q5_1",
+        ElemType::Q8_0 => "tandem_wgmmq_q8_0",
+        ElemType::IQ4NL => "tandem_wgmmq_iq4_nl",
+        _ => return None,
+    })
+}
+
+/// Whether weights of `ty` at `base` with shape `s` can take the Hopper int8 GEMM: each k step is
+/// four whole blocks per row copied in 8-byte units, so k must be a multiple of 128 and rows and
+/// batch bases 8-byte aligned.
+pub fn wgmmq_fits(ty: ElemType, base: DevicePtr, s: &MulMatShape) -> bool {
+    wgmmq_entry(ty).is_some() && s.k > 0 && s.k % 128 == 0 && (base.0 as i64 | s.nb01 | s.nb02 | s.nb03) % 8 == 0
+}
+
+/// Dynamic shared memory of a Hopper int8 GEMM block for weights of `ty`: two int8 weight tiles,
+/// their scales (d and m per row and group, f32, padded) and two sets of converted activation
+/// scales (d, -12582912 d and s per column and group, f32), all padded to 1024 bytes; then
+/// `WGMMQ_STAGES` steps of activation columns, their (d, s) pairs and the raw weight blocks (four
+/// per row, padded to 1024 bytes); plus 1024 bytes to align the first tile.
+pub fn wgmmq_shared_bytes(ty: ElemType) -> u32 {
+    let tile = WGMMQ_TILE_M * 128;
+    // d and m of 4 groups x 4 rows of 36 floats (32 weight rows and padding).
+    let scales = 2 * 4 * 4 * 36 * 4;
+    let acts = 3 * WGMMQ_TILE_N * 4 * 4;
+    let pairs = 4 * WGMMQ_TILE_N * 8;
+    let raw = (WGMMQ_TILE_M * 4 * ty.type_size() as i64 + 1023) / 1024 * 1024;
+    let fixed = (2 * (tile + scales + acts) + 1023) / 1024 * 1024;
+    (fixed + WGMMQ_STAGES * (WGMMQ_TILE_N * 128 + pairs + raw) + 1024) as u32
+}
+
+pub fn wgmmq_config(ty: ElemType, s: &MulMatShape) -> LaunchConfig {
+    LaunchConfig {
+        shared_bytes: wgmmq_shared_bytes(ty),
+        ..tile_grid((s.n, WGMMQ_TILE_N), (s.m, WGMMQ_TILE_M), s.batches(), WGMMQ_THREADS)
     }
 }
 
@@ -628,7 +685,7 @@ unsafe fn convert_src1(
 /// The activation copy a tensor-core GEMM reads.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum MmaActs {
-    /// `tandem_quantize_q8_1`: the int8 tiles.
+    /// `tandem_quantize_q8_1`: the int8 tiles and the Hopper int8 GEMM.
     Q8_1,
     /// `tandem_mma_f16_copy`: f16 weights.
     F16,
@@ -763,10 +820,11 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
         let s = MulMatShape::new(node.dst, w, src1).ok_or_else(|| launch_error("gemm", "empty batch"))?;
         let columns = Q8Shape::of(src1).columns();
         let f16_prefill = crate::config::Config::get().f16_prefill;
-        let wgmma = wgmma_entry(w.ty).filter(|_| {
-            wgmma_takes(w.ty, f16_prefill) && wgmma_allowed(ctx.kernels.target()) && wgmma_fits(w.ty, dptr(w), &s)
-        });
-        // The activations the kernel reads: q8_1 for the int8 tiles, else an f16 copy (rounded to
+        let hopper = wgmma_allowed(ctx.kernels.target());
+        let wgmma =
+            wgmma_entry(w.ty).filter(|_| hopper && wgmma_takes(w.ty, f16_prefill) && wgmma_fits(w.ty, dptr(w), &s));
+        let wgmmq = wgmmq_entry(w.ty).filter(|_| hopper && wgmma.is_none() && wgmmq_fits(w.ty, dptr(w), &s));
+        // The activations the kernel reads: q8_1 for the int8 GEMMs, else an f16 copy (rounded to
         // q8 first for the block types' Hopper GEMM).
         let acts = match (wgmma.is_some(), uses_q8_1(w.ty)) {
             (false, true) => MmaActs::Q8_1,
@@ -781,9 +839,10 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
                 .and_then(|v| v.checked_mul(2))
                 .is_some_and(|b| b <= MAX_SCRATCH as i64)
         };
-        let (entry, cfg, tile_m) = match wgmma {
-            Some(e) => (e, wgmma_config(w.ty, &s), WGMMA_TILE_M),
-            None => (entry, mma_config(w.ty, &s), mma_tile(w.ty).1),
+        let (entry, cfg, tile_m) = match (wgmma, wgmmq) {
+            (Some(e), _) => (e, wgmma_config(w.ty, &s), WGMMA_TILE_M),
+            (None, Some(e)) => (e, wgmmq_config(w.ty, &s), WGMMQ_TILE_M),
+            (None, None) => (entry, mma_config(w.ty, &s), mma_tile(w.ty).1),
         };
         if fits && (s.m + tile_m - 1) / tile_m <= MAX_GRID_YZ {
             let f = ctx.kernels.function(MMA_FAMILY, entry)?;
@@ -807,7 +866,7 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
             args.push(dptr(node.dst)).push(s);
             // SAFETY: (w, [aq, ads | xh], dst, tandem_mm_shape); tiles past m, n or k are
             // masked in the kernel; the q8_1 or f16 copy holds every column of every batch; the
-            // Hopper GEMM's 16-byte copies were checked by `wgmma_fits`.
+            // Hopper GEMMs' copies were checked by `wgmma_fits` / `wgmmq_fits`.
             return unsafe { ctx.stream.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu);
         }
     }
