@@ -78,10 +78,12 @@ pub fn cases(v: &mut Vec<Case>) {
         for (m, n) in [(129, 65), (64, 9)] {
             v.push(mul_mat(ty, m, k[1], n, [1, 1], [1, 1]));
         }
-        // The Hopper GEMMs take k in whole 64-value steps: a partial 128 x 256 tile in both
-        // dimensions over several steps, one and two steps (fewer than the pipeline holds),
-        // broadcast batches and permuted activations at prefill width.
+        // The Hopper GEMMs take k in whole steps of 64 (f16 tiles) or 128 values (int8): partial
+        // 128 x 256 and 128 x 128 tiles in both dimensions over several steps, one and two steps
+        // (fewer than the pipelines hold), more steps than their shared memory holds (the stages
+        // reused), broadcast batches and permuted activations at prefill width.
         v.push(mul_mat(ty, 129, 256, 300, [1, 1], [1, 1]));
+        v.push(mul_mat(ty, 129, 1024, 40, [1, 1], [1, 1]));
         if ty.block_size() <= 64 {
             for kk in [64, 128] {
                 v.push(mul_mat(ty, 67, kk, 16, [1, 1], [1, 1]));
