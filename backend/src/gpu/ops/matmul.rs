@@ -504,21 +504,23 @@ mod tests {
             nb03: 18 * mm.k / 32 * mm.m,
             ..mm
         };
-        assert!(wgmma_fits(ElemType::Q4_0, at, &q));
-        let k4128 = MulMatShape {
-            k: 4128,
-            nb01: 18 * 129,
-            ..q
-        };
-        assert!(!wgmma_fits(ElemType::Q4_0, at, &k4128), "k not whole steps");
-        assert!(
-            !wgmma_fits(ElemType::Q4_0, DevicePtr((1 << 20) + 2), &q),
-            "rows off 4 bytes"
-        );
-        assert!(
-            !wgmma_fits(ElemType::Q4_0, at, &MulMatShape { nb02: 18, ..q }),
-            "batch base off 4 bytes"
-        );
+        // The block types on both Hopper GEMMs: k in whole steps (64 and 128 values), rows and
+        // batch bases aligned to the copy unit (4 and 8 bytes).
+        type Fits = fn(ElemType, DevicePtr, &MulMatShape) -> bool;
+        for (fits, k_step, unit) in [(wgmma_fits as Fits, 64, 4), (wgmmq_fits, 128, 8)] {
+            assert!(fits(ElemType::Q4_0, at, &q));
+            let k = 4096 + k_step / 2;
+            let short = MulMatShape {
+                k,
+                nb01: 18 * k / 32,
+                ..q
+            };
+            assert!(!fits(ElemType::Q4_0, at, &short), "k not whole steps");
+            let off = DevicePtr((1 << 20) + unit as u64 / 2);
+            assert!(!fits(ElemType::Q4_0, off, &q), "base off the copy unit");
+            let nb02 = q.nb02 + unit / 2;
+            assert!(!fits(ElemType::Q4_0, at, &MulMatShape { nb02, ..q }), "batch base off");
+        }
         assert!(!wgmma_fits(ElemType::Q4K, at, &q), "no Hopper GEMM for superblocks");
         // Hopper int8 GEMM: 512 threads, 128 x 128 tiles; q4_0: two 16 KiB weight tiles with
         // 4.5 KiB of scales and 6 KiB of converted activation scales each (53 KiB in all), four
@@ -541,21 +543,6 @@ mod tests {
                 assert!(bytes <= 227 * 1024 && bytes.is_multiple_of(1024), "{ty}");
             }
         }
-        assert!(wgmmq_fits(ElemType::Q4_0, at, &q));
-        let k4160 = MulMatShape {
-            k: 4160,
-            nb01: 18 * 130,
-            ..q
-        };
-        assert!(!wgmmq_fits(ElemType::Q4_0, at, &k4160), "k not whole steps");
-        assert!(
-            !wgmmq_fits(ElemType::Q4_0, DevicePtr((1 << 20) + 4), &q),
-            "base off 8 bytes"
-        );
-        assert!(
-            !wgmmq_fits(ElemType::Q4_0, at, &MulMatShape { nb02: 36, ..q }),
-            "batch base off 8 bytes"
-        );
         assert!(!wgmmq_fits(ElemType::Q4K, at, &q) && !wgmmq_fits(ElemType::F16, at, &q));
         for ty in TYPES {
             if mma_entry(ty).is_some() {
