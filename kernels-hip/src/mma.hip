@@ -165,6 +165,16 @@ struct tandem_mma_dense_cols {
     __device__ i64 act(int c) const { return col0 + c < n ? first + col0 + c : -1; }
     __device__ char* out(int c) const { return col0 + c < n ? dst + (col0 + c) * nb1 : nullptr; }
 };
+// The map of batch b's tile at col0: the batch's first column of the q8_1 copy is b * n.
+TANDEM_DEVICE tandem_mma_dense_cols tandem_mma_dense(char* dst, i64 b, const tandem_mm_shape& s, i64 col0) {
+    tandem_mma_dense_cols cols;
+    cols.first = b * s.n;
+    cols.col0 = col0;
+    cols.n = s.n;
+    cols.nb1 = s.nb1;
+    cols.dst = dst + (b % s.ne12) * s.nb2 + (b / s.ne12) * s.nb3;
+    return cols;
+}
 
 // ---------------------------------------------------------------- integer path, superblocks
 // q4_K and q5_K (unpack() above): 128 x 64 tiles, 256 threads, one k step of 128 at a time.
@@ -318,12 +328,7 @@ TANDEM_DEVICE void tandem_mma_quant(const char* w, const char* aq, const char* a
     if (b >= s.ne12 * s.ne13) return;
     const i64 i12 = b % s.ne12, i13 = b / s.ne12;
     const u8* wb = (const u8*)w + (i12 / s.r2) * s.nb02 + (i13 / s.r3) * s.nb03;
-    tandem_mma_dense_cols cols;
-    cols.first = b * s.n;  // this batch's first column of the q8_1 copy
-    cols.col0 = (i64)blockIdx.x * TANDEM_MMA_BN;
-    cols.n = s.n;
-    cols.nb1 = s.nb1;
-    cols.dst = dst + i12 * s.nb2 + i13 * s.nb3;
+    const tandem_mma_dense_cols cols = tandem_mma_dense(dst, b, s, (i64)blockIdx.x * TANDEM_MMA_BN);
     tandem_mma_quant_tile<T>(sm, wb, s.nb01, s.m, s.k, (i64)blockIdx.y * TANDEM_MMA_BM, aq, ads, cols);
 }
 
@@ -761,12 +766,7 @@ TANDEM_DEVICE void tandem_mmq_quant(const char* w, const char* aq, const char* a
     if (b >= s.ne12 * s.ne13) return;
     const i64 i12 = b % s.ne12, i13 = b / s.ne12;
     const u8* wb = (const u8*)w + (i12 / s.r2) * s.nb02 + (i13 / s.r3) * s.nb03;
-    tandem_mma_dense_cols cols;
-    cols.first = b * s.n;
-    cols.col0 = (i64)blockIdx.x * TANDEM_MMQ_BN;
-    cols.n = s.n;
-    cols.nb1 = s.nb1;
-    cols.dst = dst + i12 * s.nb2 + i13 * s.nb3;
+    const tandem_mma_dense_cols cols = tandem_mma_dense(dst, b, s, (i64)blockIdx.x * TANDEM_MMQ_BN);
     tandem_mmq_tile<T>(sm, wb, s.nb01, s.m, s.k, (i64)blockIdx.y * TANDEM_MMQ_BM, aq, ads, cols);
 }
 
@@ -859,7 +859,6 @@ TANDEM_DEVICE void tandem_mma_f16_tile(const char* w, const u16* xh, char* dst, 
     const i64 row0 = (i64)blockIdx.y * TANDEM_MMA_BM, col0 = (i64)blockIdx.x * TANDEM_MMA_BN;
     const u8* wb = (const u8*)w + (i12 / s.r2) * s.nb02 + (i13 / s.r3) * s.nb03;
     const u16* xb = xh + b * s.n * s.k;
-    char* out = dst + i12 * s.nb2 + i13 * s.nb3;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int wm = warp / 2, wn = warp % 2;
     float acc[2][4][4];
@@ -926,13 +925,7 @@ TANDEM_DEVICE void tandem_mma_f16_tile(const char* w, const u16* xh, char* dst, 
 #endif
     }
     tandem_cp_wait<0>();
-    tandem_mma_dense_cols cols;
-    cols.first = 0;
-    cols.col0 = col0;
-    cols.n = s.n;
-    cols.nb1 = s.nb1;
-    cols.dst = out;
-    tandem_mma_store(acc, cols, s.m, row0 + wm * 32, wn * 32);
+    tandem_mma_store(acc, tandem_mma_dense(dst, b, s, col0), s.m, row0 + wm * 32, wn * 32);
 }
 
 // ---------------------------------------------------------------- f16 path, Hopper
@@ -1667,17 +1660,6 @@ TANDEM_DEVICE void tandem_wgmmq_tile(u8* base, const u8* wb, i64 nb01, i64 m, i6
     }
 }
 
-// The dense column map of batch b's tile at col0 (MUL_MAT).
-TANDEM_DEVICE tandem_mma_dense_cols tandem_wgmmq_dense(char* dst, i64 b, const tandem_mm_shape& s, i64 col0) {
-    tandem_mma_dense_cols cols;
-    cols.first = b * s.n;
-    cols.col0 = col0;
-    cols.n = s.n;
-    cols.nb1 = s.nb1;
-    cols.dst = dst + (b % s.ne12) * s.nb2 + (b / s.ne12) * s.nb3;
-    return cols;
-}
-
 // MUL_MAT, 32-value blocks, Hopper: block (column tile, row tile, batch).
 template <typename T>
 TANDEM_DEVICE void tandem_wgmmq_quant(const char* w, const char* aq, const char* ads, char* dst,
@@ -1686,7 +1668,7 @@ TANDEM_DEVICE void tandem_wgmmq_quant(const char* w, const char* aq, const char*
     const i64 b = blockIdx.z;
     if (b >= s.ne12 * s.ne13) return;
     const u8* wb = (const u8*)w + ((b % s.ne12) / s.r2) * s.nb02 + ((b / s.ne12) / s.r3) * s.nb03;
-    auto cols = [&] { return tandem_wgmmq_dense(dst, b, s, (i64)blockIdx.x * TANDEM_WGMMQ_BN); };
+    auto cols = [&] { return tandem_mma_dense(dst, b, s, (i64)blockIdx.x * TANDEM_WGMMQ_BN); };
     tandem_wgmmq_tile<T>(tandem_wgmma_base(tandem_wgmma_smem), wb, s.nb01, s.m, s.k, (i64)blockIdx.y * TANDEM_WGMMQ_BM,
                          aq, ads, cols);
 }
