@@ -792,6 +792,360 @@ TANDEM_DEVICE void tandem_mmid_mmq(const char* w, const char* aq, const char* ad
     }
 }
 
+// ---------------------------------------------------------------- integer path, few columns
+// MUL_MAT with 2..8 columns (batched decode) for the 32-value block types and q4_K / q5_K: one
+// m16n8k32 mma takes 16 weight rows x 32 values against all eight columns, where the GEMV's
+// integer dot products would take one column at a time. Block = TANDEM_MMV_THREADS (four warps)
+// per TANDEM_MMV_ROWS (32) weight rows and batch; the warps split k: warp w takes chunks w, w + 4,
+// ... of eight 32-value groups. A chunk, copied with cp.async into the warp's own ring of stages
+// (two chunks in flight while one is multiplied, no block barrier), holds the 32 rows' raw weight
+// blocks (rows padded to an odd number of 16-byte units), the columns' int8 activations (columns
+// padded to 272 bytes) and their (d, d * sum) pairs by group. Per group each warp does two mma
+// (rows 0..15 and 16..31) with A fragments unpacked straight from the raw blocks, then applies
+// the scales as the int8 tiles do; at the end the four warps' partial sums meet in shared memory.
+// Columns past n copy nothing (zero-filled), so their lanes add zeros.
+
+#define TANDEM_MMV_THREADS 128
+#define TANDEM_MMV_WARPS (TANDEM_MMV_THREADS / 32)
+#define TANDEM_MMV_ROWS 32
+#define TANDEM_MMV_COLS 8
+// 32-value groups per chunk; a column's chunk of activations padded to TANDEM_MMV_AROW bytes.
+#define TANDEM_MMV_GROUPS 8
+#define TANDEM_MMV_AROW (TANDEM_MMV_GROUPS * 32 + 16)
+
+// A chunk's weights of one row: eight groups of a 32-value type (F: a tandem_mmf_* type), ...
+template <typename F>
+struct tandem_mmv_blocks {
+    static constexpr int CHUNK = TANDEM_MMV_GROUPS * F::BYTES;
+    static constexpr bool MIN = F::MIN;
+    static constexpr float OFF = 0.0f;
+    // Values 4c .. 4c + 3 and 16 + 4c .. of group g of the chunk row at r, and the group's d, m.
+    static __device__ __forceinline__ void frag(const u8* r, int g, int c, u32& lo, u32& hi, float& d, float& m) {
+        F::frag(r + g * F::BYTES, c, lo, hi, d, m);
+    }
+};
+// Orders a warp's shared-memory accesses (its own stages: no block barrier). Elsewhere, where the
+// kernels are never picked, a wave barrier keeps the code compiling.
+TANDEM_DEVICE void tandem_mmv_warp_sync() {
+#if defined(TANDEM_NVIDIA)
+    __syncwarp();
+#else
+    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
+    __builtin_amdgcn_wave_barrier();
+    __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
+#endif
+}
+// 32 bits at p, 2-byte aligned, or 4-byte aligned where `al` (known when the kernel is compiled:
+// chunk rows start 16-byte aligned and groups are unrolled).
+TANDEM_DEVICE u32 tandem_mmv_ld32(const u8* p, bool al) {
+    return al ? *(const u32*)p : tandem_mma_ld32(p);
+}
+// ... or eight q4_0 / q5_0 blocks, their values kept unsigned (0..15, 0..31: still valid signed
+// bytes) and the offset OFF (-8, -16) applied in f32 as OFF * d * (d_a * sum(a)): fewer
+// instructions per group than biasing every byte ...
+struct tandem_mmvw_q4_0 {
+    static constexpr int CHUNK = TANDEM_MMV_GROUPS * 18;
+    static constexpr bool MIN = false;
+    static constexpr float OFF = -8.0f;
+    static __device__ __forceinline__ void frag(const u8* r, int g, int c, u32& lo, u32& hi, float& d, float& m) {
+        const u8* b = r + 18 * g;
+        const u32 v = tandem_mmv_ld32(b + 2 + 4 * c, (18 * g + 2) % 4 == 0);
+        lo = tandem_mma_lo4(v);
+        hi = tandem_mma_hi4(v);
+        d = tandem_mma_half(b);
+        m = 0.0f;
+    }
+};
+struct tandem_mmvw_q5_0 {
+    static constexpr int CHUNK = TANDEM_MMV_GROUPS * 22;
+    static constexpr bool MIN = false;
+    static constexpr float OFF = -16.0f;
+    static __device__ __forceinline__ void frag(const u8* r, int g, int c, u32& lo, u32& hi, float& d, float& m) {
+        const u8* b = r + 22 * g;
+        const u32 qh = tandem_mmv_ld32(b + 2, (22 * g + 2) % 4 == 0);
+        const u32 v = tandem_mmv_ld32(b + 6 + 4 * c, (22 * g + 6) % 4 == 0);
+        lo = tandem_mma_lo4(v) | tandem_mma_spread4(qh >> (4 * c));
+        hi = tandem_mma_hi4(v) | tandem_mma_spread4(qh >> (16 + 4 * c));
+        d = tandem_mma_half(b);
+        m = 0.0f;
+    }
+};
+// ... or eight q8_0 blocks ...
+struct tandem_mmvw_q8_0 {
+    static constexpr int CHUNK = TANDEM_MMV_GROUPS * 34;
+    static constexpr bool MIN = false;
+    static constexpr float OFF = 0.0f;
+    static __device__ __forceinline__ void frag(const u8* r, int g, int c, u32& lo, u32& hi, float& d, float& m) {
+        const u8* b = r + 34 * g;
+        const bool al = (34 * g + 2) % 4 == 0;
+        lo = tandem_mmv_ld32(b + 2 + 4 * c, al);
+        hi = tandem_mmv_ld32(b + 18 + 4 * c, al);
+        d = tandem_mma_half(b);
+        m = 0.0f;
+    }
+};
+// ... or one superblock of q4_K (d, dmin, scales[12], qs[128]: group g takes nibble g & 1 of
+// qs[32 (g / 2) ..]) ...
+struct tandem_mmvw_q4_K {
+    static constexpr int CHUNK = 144;
+    static constexpr bool MIN = true;
+    static constexpr float OFF = 0.0f;
+    static __device__ __forceinline__ void frag(const u8* r, int g, int c, u32& lo, u32& hi, float& d, float& m) {
+        const u8* qs = r + 16 + 32 * (g >> 1);
+        const int shift = 4 * (g & 1);
+        lo = (*(const u32*)(qs + 4 * c) >> shift) & 0x0F0F0F0Fu;
+        hi = (*(const u32*)(qs + 16 + 4 * c) >> shift) & 0x0F0F0F0Fu;
+        int sc, mn;
+        tandem_mma_scale_min_k4(r + 4, g, sc, mn);
+        d = tandem_mma_half(r) * (float)sc;
+        m = -tandem_mma_half(r + 2) * (float)mn;
+    }
+};
+// ... or of q5_K (q4_K plus qh[32] at 16 whose bit g is the group's fifth bit; qs at 48).
+struct tandem_mmvw_q5_K {
+    static constexpr int CHUNK = 176;
+    static constexpr bool MIN = true;
+    static constexpr float OFF = 0.0f;
+    static __device__ __forceinline__ void frag(const u8* r, int g, int c, u32& lo, u32& hi, float& d, float& m) {
+        const u8* qs = r + 48 + 32 * (g >> 1);
+        const int shift = 4 * (g & 1);
+        const u32 h0 = (*(const u32*)(r + 16 + 4 * c) >> g) & 0x01010101u;
+        const u32 h1 = (*(const u32*)(r + 32 + 4 * c) >> g) & 0x01010101u;
+        lo = ((*(const u32*)(qs + 4 * c) >> shift) & 0x0F0F0F0Fu) | (h0 << 4);
+        hi = ((*(const u32*)(qs + 16 + 4 * c) >> shift) & 0x0F0F0F0Fu) | (h1 << 4);
+        int sc, mn;
+        tandem_mma_scale_min_k4(r + 4, g, sc, mn);
+        d = tandem_mma_half(r) * (float)sc;
+        m = -tandem_mma_half(r + 2) * (float)mn;
+    }
+};
+
+// Shared layout of one warp's stage: PAD bytes per weight row (an odd number of 16-byte units,
+// so the eight rows a fragment load touches start in distinct bank quads), then the activations,
+// then the pairs [group][column]. STAGES per warp: three where two blocks of four warps fit an
+// SM's shared memory, else two (q8_0).
+template <typename T>
+struct tandem_mmv_stage {
+    static constexpr int UNITS = T::CHUNK / 16;
+    static constexpr int PAD = (UNITS | 1) * 16;
+    static constexpr int W = TANDEM_MMV_ROWS * PAD;
+    static constexpr int A = TANDEM_MMV_COLS * TANDEM_MMV_AROW;
+    static constexpr int D = TANDEM_MMV_GROUPS * TANDEM_MMV_COLS * 8;
+    static constexpr int BYTES = W + A + D;
+    static constexpr int STAGES = PAD > 208 ? 2 : 3;
+};
+
+// A lane's share of its warp's chunk copies, each copy instruction reading whole runs of
+// contiguous bytes: 16-byte units lane % 4, lane % 4 + 4, ... of weight rows lane / 4 + 8 i (i <
+// 4: eight rows of 64 bytes per instruction), unit lane % 16 of activation columns lane / 16 + 2 u
+// (u < 4: two columns' 256 bytes per instruction) and the (d, d * sum) pair of group lane % 8 of
+// columns lane / 8 + 4 h (h < 2). The pointers are at the warp's next chunk and advance by
+// TANDEM_MMV_WARPS chunks per copy. Rows past m and columns past ncols copy nothing (zero-filled),
+// from valid addresses.
+template <typename T>
+struct tandem_mmv_plan {
+    const u8* w;        // row lane / 4, unit lane % 4
+    const u8* wb;       // any valid 16-byte-aligned address
+    const char* a;
+    const char* d;
+    i64 rstep;          // eight rows
+    i64 wstep, astep, dstep;
+    i64 acol, dcol;     // two activation columns, four columns of pairs
+    int rows;           // bit i: row lane / 4 + 8 i is below m
+    int cols;           // bit u: activation column lane / 16 + 2 u is below ncols; bit 4 + h: pair column
+    u32 wdst, adst, ddst;  // shared offsets within a stage
+};
+
+template <typename T>
+TANDEM_DEVICE tandem_mmv_plan<T> tandem_mmv_make_plan(const u8* wb, i64 nb01, i64 m, i64 row0, const char* aq,
+                                                    const char* ads, i64 k, i64 first, int ncols, i64 c0) {
+    using S = tandem_mmv_stage<T>;
+    const int lane = threadIdx.x % 32;
+    const int col = lane / 4, q = lane % 4;
+    tandem_mmv_plan<T> p;
+    p.rows = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) p.rows |= row0 + col + 8 * i < m ? 1 << i : 0;
+    p.w = wb + (row0 + col) * nb01 + c0 * T::CHUNK + 16 * q;
+    p.wb = wb;
+    p.rstep = 8 * nb01;
+    const int ac = lane / 16, au = lane % 16, dc = lane / 8, dg = lane % 8;
+    p.cols = 0;
+#pragma unroll
+    for (int u = 0; u < 4; ++u) p.cols |= ac + 2 * u < ncols ? 1 << u : 0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) p.cols |= dc + 4 * h < ncols ? 16 << h : 0;
+    p.a = aq + (first + ac) * k + c0 * TANDEM_MMV_GROUPS * 32 + 16 * au;
+    p.d = ads + ((first + dc) * (k / 32) + c0 * TANDEM_MMV_GROUPS + dg) * 8;
+    p.acol = 2 * k;
+    p.dcol = 4 * (k / 32) * 8;
+    p.wstep = TANDEM_MMV_WARPS * T::CHUNK;
+    p.astep = TANDEM_MMV_WARPS * TANDEM_MMV_GROUPS * 32;
+    p.dstep = TANDEM_MMV_WARPS * TANDEM_MMV_GROUPS * 8;
+    p.wdst = (u32)(col * S::PAD + 16 * q);
+    p.adst = (u32)(S::W + ac * TANDEM_MMV_AROW + 16 * au);
+    p.ddst = (u32)(S::W + S::A + (dg * TANDEM_MMV_COLS + dc) * 8);
+    return p;
+}
+
+// Queues the plan's next chunk, of ng groups, into the stage at st and advances the plan. Bytes
+// past a partial chunk's groups are zero-filled: zero weights with zero scales and zero
+// activations add exactly nothing, so the dot needs no test per group.
+template <typename T>
+TANDEM_DEVICE void tandem_mmv_copy(u8* st, tandem_mmv_plan<T>& p, int ng) {
+    using S = tandem_mmv_stage<T>;
+    constexpr int J = (S::UNITS + 3) / 4;  // units per lane and row
+    const int q = threadIdx.x % 4;
+    const u32 base = tandem_smem_addr(st);
+    // Valid bytes of this lane's unit j in a row: a whole chunk's units below UNITS, or the
+    // part of a partial chunk's ng groups.
+    const int wbytes = ng * (T::CHUNK / TANDEM_MMV_GROUPS);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const u8* row = p.w + i * p.rstep;
+        const bool in = (p.rows >> i) & 1;
+#pragma unroll
+        for (int j = 0; j < J; ++j) {
+            int n = wbytes - 16 * (q + 4 * j);
+            n = in ? (n < 0 ? 0 : (n > 16 ? 16 : n)) : 0;
+            if (4 * j + 3 < S::UNITS || q + 4 * j < S::UNITS) {
+                tandem_cp16s(base + p.wdst + (u32)(8 * i * S::PAD + 64 * j), n > 0 ? row + 64 * j : p.wb, n);
+            }
+        }
+    }
+    const int lane = threadIdx.x % 32;
+    const bool ag = (lane % 16) / 2 < ng, dg = lane % 8 < ng;
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+        const bool in = ag && ((p.cols >> u) & 1);
+        tandem_cp16s(base + p.adst + (u32)(2 * u * TANDEM_MMV_AROW), in ? p.a + u * p.acol : (const char*)p.wb,
+                     in ? 16 : 0);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const bool in = dg && ((p.cols >> (4 + h)) & 1);
+        tandem_cp8(st + p.ddst + 4 * h * 8, in ? p.d + h * p.dcol : (const char*)p.wb, in ? 8 : 0);
+    }
+    p.w += p.wstep;
+    p.a += p.astep;
+    p.d += p.dstep;
+}
+
+// The block's 32 rows (row0 ..) against columns first .. first + ncols of the q8_1 copy; row r's
+// sums go to out + j * nb1 + r * 4 for column j.
+template <typename T>
+TANDEM_DEVICE void tandem_mmv_rows(const u8* wb, i64 nb01, i64 m, i64 k, i64 row0, const char* aq, const char* ads,
+                                   i64 first, int ncols, char* out, i64 nb1) {
+    using S = tandem_mmv_stage<T>;
+    extern __shared__ __align__(16) u8 tandem_mmv_smem[];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int qr = lane / 4, qc = lane % 4;
+    u8* ring = tandem_mmv_smem + warp * S::STAGES * S::BYTES;
+    const i64 groups = k / 32;
+    const i64 chunks = (groups + TANDEM_MMV_GROUPS - 1) / TANDEM_MMV_GROUPS;
+    float acc[2][4];
+#pragma unroll
+    for (int t = 0; t < 2; ++t)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[t][e] = 0.0f;
+    // This warp's chunks: warp, warp + WARPS, ...; the first STAGES - 1 queued ahead.
+    tandem_mmv_plan<T> plan = tandem_mmv_make_plan<T>(wb, nb01, m, row0, aq, ads, k, first, ncols, warp);
+    auto ng = [&](i64 c) {
+        const i64 left = groups - c * TANDEM_MMV_GROUPS;
+        return (int)(left < TANDEM_MMV_GROUPS ? left : TANDEM_MMV_GROUPS);
+    };
+    i64 next = warp;
+#pragma unroll
+    for (int s = 0; s < S::STAGES - 1; ++s) {
+        if (next < chunks) tandem_mmv_copy<T>(ring + s * S::BYTES, plan, ng(next));
+        tandem_cp_commit();
+        next += TANDEM_MMV_WARPS;
+    }
+    int buf = 0;
+    for (i64 c = warp; c < chunks; c += TANDEM_MMV_WARPS) {
+        tandem_cp_wait<S::STAGES - 2>();
+        tandem_mmv_warp_sync();
+        // The stage the previous chunk used is free again: queue the chunk STAGES - 1 ahead.
+        const int fill = buf == 0 ? S::STAGES - 1 : buf - 1;
+        if (next < chunks) tandem_mmv_copy<T>(ring + fill * S::BYTES, plan, ng(next));
+        tandem_cp_commit();
+        next += TANDEM_MMV_WARPS;
+        const u8* st = ring + buf * S::BYTES;
+#if defined(TANDEM_MMA_ENABLED)
+        const u8* arow = st + S::W + qr * TANDEM_MMV_AROW + 4 * qc;
+#pragma unroll
+        for (int g = 0; g < TANDEM_MMV_GROUPS; ++g) {
+            const u32 b0 = *(const u32*)(arow + 32 * g), b1 = *(const u32*)(arow + 32 * g + 16);
+            // (d_a, d_a * sum) of columns 2 qc and 2 qc + 1.
+            const float4 sc = *(const float4*)(st + S::W + S::A + (g * TANDEM_MMV_COLS + 2 * qc) * 8);
+            const float o0 = T::OFF * sc.y, o1 = T::OFF * sc.w;
+#pragma unroll
+            for (int t = 0; t < 2; ++t) {
+                u32 fa[4];
+                float d0, d1, m0, m1;
+                T::frag(st + (16 * t + qr) * S::PAD, g, qc, fa[0], fa[2], d0, m0);
+                T::frag(st + (16 * t + qr + 8) * S::PAD, g, qc, fa[1], fa[3], d1, m1);
+                int ci[4];
+                asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                    "{%8, %9}, {%10, %10, %10, %10};"
+                    : "=r"(ci[0]), "=r"(ci[1]), "=r"(ci[2]), "=r"(ci[3])
+                    : "r"(fa[0]), "r"(fa[1]), "r"(fa[2]), "r"(fa[3]), "r"(b0), "r"(b1), "r"(0x4B400000));
+                // Row r, column j: acc += d_r * (d_a,j * sum + OFF * s_j) (+ m_r * s_j).
+                float* a = acc[t];
+                a[0] = fmaf(d0, fmaf(sc.x, __int_as_float(ci[0]) - 12582912.0f, o0), a[0]);
+                a[1] = fmaf(d0, fmaf(sc.z, __int_as_float(ci[1]) - 12582912.0f, o1), a[1]);
+                a[2] = fmaf(d1, fmaf(sc.x, __int_as_float(ci[2]) - 12582912.0f, o0), a[2]);
+                a[3] = fmaf(d1, fmaf(sc.z, __int_as_float(ci[3]) - 12582912.0f, o1), a[3]);
+                if (T::MIN) {
+                    a[0] = fmaf(m0, sc.y, a[0]);
+                    a[1] = fmaf(m0, sc.w, a[1]);
+                    a[2] = fmaf(m1, sc.y, a[2]);
+                    a[3] = fmaf(m1, sc.w, a[3]);
+                }
+            }
+        }
+#else
+        // Built for a device without these instructions: never picked there; NaN if it were.
+#pragma unroll
+        for (int t = 0; t < 2; ++t)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[t][e] = __int_as_float(0x7fc00000);
+#endif
+        buf = buf == S::STAGES - 1 ? 0 : buf + 1;
+    }
+    tandem_cp_wait<0>();
+    tandem_mmv_warp_sync();
+    // The warp's partial sums into its own ring ([row][column] floats), then the block's sum.
+    float* part = (float*)ring;
+#pragma unroll
+    for (int t = 0; t < 2; ++t)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) part[(16 * t + qr + (e >= 2 ? 8 : 0)) * TANDEM_MMV_COLS + 2 * qc + (e & 1)] = acc[t][e];
+    __syncthreads();
+    for (int i = threadIdx.x; i < TANDEM_MMV_ROWS * TANDEM_MMV_COLS; i += TANDEM_MMV_THREADS) {
+        const int r = i % TANDEM_MMV_ROWS, j = i / TANDEM_MMV_ROWS;
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < TANDEM_MMV_WARPS; ++w) {
+            v += ((const float*)(tandem_mmv_smem + w * S::STAGES * S::BYTES))[r * TANDEM_MMV_COLS + j];
+        }
+        if (row0 + r < m && j < ncols) *(float*)(out + j * nb1 + (row0 + r) * 4) = v;
+    }
+}
+
+// MUL_MAT, 2..8 columns: block (row tile, batch); the q8_1 copy holds batch b's columns from b * n.
+template <typename T>
+TANDEM_DEVICE void tandem_mmv_quant(const char* w, const char* aq, const char* ads, char* dst,
+                                    const tandem_mm_shape& s) {
+    const i64 b = blockIdx.y;
+    if (b >= s.ne12 * s.ne13) return;
+    const i64 i12 = b % s.ne12, i13 = b / s.ne12;
+    const u8* wb = (const u8*)w + (i12 / s.r2) * s.nb02 + (i13 / s.r3) * s.nb03;
+    char* out = dst + i12 * s.nb2 + i13 * s.nb3;
+    tandem_mmv_rows<T>(wb, s.nb01, s.m, s.k, (i64)blockIdx.x * TANDEM_MMV_ROWS, aq, ads, b * s.n, (int)s.n, out,
+                       s.nb1);
+}
+
 // ---------------------------------------------------------------- f16 path
 // f16 weights x the f16 copy of the activations (column c of batch b at xh + (b * n + c) * k
 // halves). Block = 256 threads (eight warps, 4 x 2, each 32 x 32 of the 128 x 64 tile); k steps
@@ -1711,6 +2065,17 @@ TANDEM_MMA_KERNEL tandem_mmid_mma_q4_K(TANDEM_MMID_ARGS) {
 TANDEM_MMA_KERNEL tandem_mmid_mma_q5_K(TANDEM_MMID_ARGS) {
     tandem_mmid_mma<tandem_mmw_q5_K>(w, aq, ads, counts, lists, dst, s);
 }
+#define TANDEM_MMV_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_MMV_THREADS)
+TANDEM_MMV_KERNEL tandem_mmv_q4_0(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmvw_q4_0>(w, aq, ads, dst, s); }
+TANDEM_MMV_KERNEL tandem_mmv_q4_1(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmv_blocks<tandem_mmf_q4_1>>(w, aq, ads, dst, s); }
+TANDEM_MMV_KERNEL tandem_mmv_q5_0(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmvw_q5_0>(w, aq, ads, dst, s); }
+TANDEM_MMV_KERNEL tandem_mmv_q5_1(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmv_blocks<tandem_mmf_q5_1>>(w, aq, ads, dst, s); }
+TANDEM_MMV_KERNEL tandem_mmv_q8_0(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmvw_q8_0>(w, aq, ads, dst, s); }
+TANDEM_MMV_KERNEL tandem_mmv_iq4_nl(TANDEM_MMA_ARGS_Q) {
+    tandem_mmv_quant<tandem_mmv_blocks<tandem_mmf_iq4_nl>>(w, aq, ads, dst, s);
+}
+TANDEM_MMV_KERNEL tandem_mmv_q4_K(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmvw_q4_K>(w, aq, ads, dst, s); }
+TANDEM_MMV_KERNEL tandem_mmv_q5_K(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmvw_q5_K>(w, aq, ads, dst, s); }
 TANDEM_MMA_KERNEL tandem_mma_f16(const char* w, const u16* xh, char* dst, tandem_mm_shape s) {
     tandem_mma_f16_tile(w, xh, dst, s);
 }

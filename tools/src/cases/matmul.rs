@@ -73,6 +73,15 @@ pub fn cases(v: &mut Vec<Case>) {
         for n in [1, 8] {
             v.push(mul_mat(ty, 64, 4608, n, [1, 1], [1, 1]));
         }
+        // The tensor-core GEMV (3..8 columns) takes 16-byte-aligned rows in chunks of eight
+        // 32-value groups, its four warps splitting k: a partial row tile with a last, partial
+        // chunk (q4_1 and q5_1 rows of 36 groups are aligned), broadcast batches and permuted
+        // activations with aligned rows.
+        if ty.block_size() <= 32 {
+            v.push(mul_mat(ty, 67, 1152, 5, [1, 1], [1, 1]));
+        }
+        v.push(mul_mat(ty, 33, 512, 3, [2, 2], [3, 2]));
+        v.push(mul_mat_permuted(ty, 19, 512, 8, 3));
         // Prefill widths: partial GEMM tiles (64 x 64, and 128 x 64 on tensor cores) in both
         // dimensions, and 9 columns.
         for (m, n) in [(129, 65), (64, 9)] {

@@ -210,9 +210,10 @@ mod tests {
     use super::super::matmul_launch::{
         convert_config, entries, gemm_config, gemv_act_bytes, gemv_config, gemv_fuses_quantize, gemv_shared_bytes,
         gemv_stages, gemv_waves, has_mma, has_wgmma, mma_config, mma_entry, mma_tile, mmid_grouped_bytes,
-        mmid_mma_config, mmid_mma_entry, quantize_config, rows_per_wave, wgmma_config, wgmma_entry, wgmma_fits,
-        wgmma_shared_bytes, wgmma_takes, wgmmq_config, wgmmq_entry, wgmmq_fits, wgmmq_shared_bytes, GEMM_FAMILY,
-        GEMV_FAMILY, GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES, MMA_COPY_VALUES,
+        mmid_mma_config, mmid_mma_entry, mmv_config, mmv_entry, mmv_fits, mmv_shared_bytes, quantize_config,
+        rows_per_wave, wgmma_config, wgmma_entry, wgmma_fits, wgmma_shared_bytes, wgmma_takes, wgmmq_config,
+        wgmmq_entry, wgmmq_fits, wgmmq_shared_bytes, GEMM_FAMILY, GEMV_FAMILY, GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES,
+        MMA_COPY_VALUES,
     };
     use super::*;
     use crate::gpu::api::DevicePtr;
@@ -544,6 +545,54 @@ mod tests {
             }
         }
         assert!(!wgmmq_fits(ElemType::Q4K, at, &q) && !wgmmq_fits(ElemType::F16, at, &q));
+        // Tensor-core GEMV: 3..=8 columns, rows and batch bases 16-byte aligned.
+        let few = MulMatShape { n: 8, ..q };
+        assert!(mmv_fits(ElemType::Q4_0, at, &few));
+        assert!(mmv_fits(ElemType::Q4_0, at, &MulMatShape { n: 3, ..few }));
+        assert!(
+            !mmv_fits(ElemType::Q4_0, at, &MulMatShape { n: 2, ..few }),
+            "two columns"
+        );
+        assert!(
+            !mmv_fits(ElemType::Q4_0, at, &MulMatShape { n: 9, ..few }),
+            "prefill width"
+        );
+        let k96 = MulMatShape { k: 96, nb01: 54, ..few };
+        assert!(!mmv_fits(ElemType::Q4_0, at, &k96), "rows off 16 bytes");
+        assert!(
+            !mmv_fits(ElemType::Q4_0, DevicePtr((1 << 20) + 8), &few),
+            "base off 16 bytes"
+        );
+        assert!(
+            !mmv_fits(
+                ElemType::Q4_0,
+                at,
+                &MulMatShape {
+                    nb03: few.nb03 + 8,
+                    ..few
+                }
+            ),
+            "batch base off"
+        );
+        assert!(!mmv_fits(ElemType::Q6K, at, &few) && !mmv_fits(ElemType::F16, at, &few));
+        // Block 128 per 32 rows and batch; q4_0: four warps x three stages of 32 rows x 144 bytes,
+        // eight 272-byte activation columns and 64 pairs.
+        let c = mmv_config(ElemType::Q4_0, &few);
+        assert_eq!(
+            (c.grid, c.block, c.shared_bytes),
+            ([448, 1, 1], [128, 1, 1], 4 * 3 * (32 * 144 + 8 * 272 + 512))
+        );
+        for ty in TYPES {
+            if let Some(entry) = mmv_entry(ty) {
+                assert!(tandem_kernels_hip::find("mma").unwrap().entries.contains(&entry));
+                // Two blocks (plus the 1 KiB the driver keeps per block) fit a Hopper SM's 228 KiB.
+                assert!(2 * (mmv_shared_bytes(ty) + 1024) <= 228 * 1024, "{ty}");
+                assert!(
+                    ty.block_size() == 32 || ty == ElemType::Q4K || ty == ElemType::Q5K,
+                    "{ty}"
+                );
+            }
+        }
         for ty in TYPES {
             if mma_entry(ty).is_some() {
                 let (threads, tm, tn) = mma_tile(ty);
@@ -573,8 +622,9 @@ mod tests {
     fn launch_constants_and_shapes_match_the_kernel_sources() {
         use super::super::matmul_launch::{
             GEMM_THREADS, GEMM_TILE, GEMV_CHUNK, GEMV_FLOAT_ROWS, GEMV_THREADS, MMA_COPY_VALUES, MMA_THREADS,
-            MMA_TILE_M, MMA_TILE_N, MMID_MAX_EXPERTS, MMQ_THREADS, MMQ_TILE_M, MMQ_TILE_N, WGMMA_QSTAGES, WGMMA_STAGES,
-            WGMMA_THREADS, WGMMA_TILE_M, WGMMA_TILE_N, WGMMQ_STAGES, WGMMQ_THREADS, WGMMQ_TILE_M, WGMMQ_TILE_N,
+            MMA_TILE_M, MMA_TILE_N, MMID_MAX_EXPERTS, MMQ_THREADS, MMQ_TILE_M, MMQ_TILE_N, MMV_COLUMNS, MMV_GROUPS,
+            MMV_ROWS, MMV_THREADS, WGMMA_QSTAGES, WGMMA_STAGES, WGMMA_THREADS, WGMMA_TILE_M, WGMMA_TILE_N,
+            WGMMQ_STAGES, WGMMQ_THREADS, WGMMQ_TILE_M, WGMMQ_TILE_N,
         };
         let src = |family| tandem_kernels_hip::find(family).unwrap().source;
         let (gemv, gemm, mma) = (src("gemv"), src("gemm"), src("mma"));
@@ -598,6 +648,12 @@ mod tests {
             (mma, format!("#define TANDEM_WGMMQ_THREADS {WGMMQ_THREADS}\n")),
             (mma, format!("#define TANDEM_WGMMQ_BM {WGMMQ_TILE_M}\n")),
             (mma, format!("#define TANDEM_WGMMQ_BN {WGMMQ_TILE_N}\n")),
+            (mma, format!("#define TANDEM_MMV_THREADS {MMV_THREADS}\n")),
+            (mma, format!("#define TANDEM_MMV_ROWS {MMV_ROWS}\n")),
+            (mma, format!("#define TANDEM_MMV_COLS {MMV_COLUMNS}\n")),
+            (mma, format!("#define TANDEM_MMV_GROUPS {MMV_GROUPS}\n")),
+            // mmv_stage: three stages up to 208-byte rows.
+            (mma, "static constexpr int STAGES = PAD > 208 ? 2 : 3;".to_string()),
             (mma, format!("#define TANDEM_WGMMQ_STAGES {WGMMQ_STAGES}\n")),
             (mma, format!("#define TANDEM_MMA_COPY_VALUES {MMA_COPY_VALUES}\n")),
             (mma, format!("#define TANDEM_MMQ_THREADS {MMQ_THREADS}\n")),

@@ -25,6 +25,9 @@
 //! - `tandem_wgmmq_<type>` (NVIDIA sm_90, the 32-value block types unless `TANDEM_F16_PREFILL`):
 //!   int8 warpgroup mma on the q8_1 copy of src1; block 512 (four warpgroups), 128 x 128 tiles,
 //!   grid (ceil(n / 128), ceil(m / 128), batches), dynamic shared memory [`wgmmq_shared_bytes`].
+//! - `tandem_mmv_<type>` (NVIDIA sm_80+, [`mmv_entry`], 3..=8 columns, [`mmv_fits`]): int8 mma on
+//!   the q8_1 copy of src1 for batched decode; block 128 (four warps splitting k) per 32 weight
+//!   rows, grid (ceil(m / 32), batches), dynamic shared memory [`mmv_shared_bytes`].
 
 use crate::gpu::api::{DevicePtr, LaunchConfig};
 use crate::gpu::kernels::KernelError;
@@ -59,6 +62,15 @@ pub const WGMMQ_TILE_M: i64 = 128;
 pub const WGMMQ_TILE_N: i64 = 128;
 pub const WGMMQ_STAGES: i64 = 4;
 /// The same for the pipelined int8 GEMM of the 32-value block types (`TANDEM_MMQ_*`).
+/// Tensor-core GEMV (`TANDEM_MMV_*` in mma.hip): threads per block (four warps splitting k),
+/// weight rows per block, columns, 32-value groups per chunk.
+pub const MMV_THREADS: u32 = 128;
+pub const MMV_ROWS: i64 = 32;
+pub const MMV_COLUMNS: i64 = 8;
+pub const MMV_GROUPS: i64 = 8;
+/// The fewest columns that take the tensor-core GEMV: with two, the integer-dot GEMV is as fast
+/// (H200, q4_0 14336 x 4096: 28.4 vs 29.5 us; at four columns 40.6 vs 30.6).
+pub const MMV_MIN_COLUMNS: i64 = 3;
 pub const MMQ_THREADS: u32 = 128;
 pub const MMQ_TILE_M: i64 = 64;
 pub const MMQ_TILE_N: i64 = 64;
@@ -356,6 +368,11 @@ fn mma_allowed(arch: &str) -> bool {
     has_mma(arch) && !crate::config::Config::get().is_disabled(MMA_SWITCH)
 }
 
+/// Whether the launchers may use the tensor-core GEMV on a device of compile target `arch`.
+fn mmv_allowed(arch: &str) -> bool {
+    has_mma(arch) && !crate::config::Config::get().is_disabled(MMV_SWITCH)
+}
+
 /// Whether a device of compile target `arch` has the mma instructions `mma.hip` uses (NVIDIA
 /// sm_80 and newer).
 pub fn has_mma(arch: &str) -> bool {
@@ -484,6 +501,68 @@ pub fn wgmmq_config(ty: ElemType, s: &MulMatShape) -> LaunchConfig {
     LaunchConfig {
         shared_bytes: wgmmq_shared_bytes(ty),
         ..tile_grid((s.n, WGMMQ_TILE_N), (s.m, WGMMQ_TILE_M), s.batches(), WGMMQ_THREADS)
+    }
+}
+
+/// The tensor-core GEMV for [`MMV_MIN_COLUMNS`]..=8 columns with weights of `ty`
+/// (`tandem_mmv_<type>`): the 32-value block types, q4_K and q5_K.
+pub fn mmv_entry(ty: ElemType) -> Option<&'static str> {
+    Some(match ty {
+        ElemType::Q4_0 => "tandem_mmv_q4_0",
+        ElemType::Q4_1 => "tandem_mmv_q4_1",
+        ElemType::Q5_0 => "tandem_mmv_q5_0",
+        ElemType::Q5_1 => "tandem_mmv_q5_1",
+        ElemType::Q8_0 => "tandem_mmv_q8_0",
+        ElemType::IQ4NL => "tandem_mmv_iq4_nl",
+        ElemType::Q4K => "tandem_mmv_q4_K",
+        ElemType::Q5K => "tandem_mmv_q5_K",
+        _ => return None,
+    })
+}
+
+/// The name `TANDEM_DISABLE_DISPATCH` takes to keep few-column MUL_MAT off the tensor-core GEMV
+/// (the integer-dot GEMV runs instead); `hip.mma` covers it too.
+pub const MMV_SWITCH: &str = "hip.mma.mmv";
+
+/// Whether weights of `ty` at `base` with shape `s` can take the tensor-core GEMV: from
+/// [`MMV_MIN_COLUMNS`] to 8 columns; it copies weight rows in 16-byte units of eight 32-value
+/// groups, so rows and batch bases must be 16-byte aligned; k is whole groups (a last, partial
+/// chunk of groups is copied in part).
+pub fn mmv_fits(ty: ElemType, base: DevicePtr, s: &MulMatShape) -> bool {
+    mmv_entry(ty).is_some()
+        && (MMV_MIN_COLUMNS..=GEMV_MAX_COLUMNS).contains(&s.n)
+        && s.k > 0
+        && s.k % 32 == 0
+        && (base.0 as i64 | s.nb01 | s.nb02 | s.nb03) % 16 == 0
+}
+
+/// Shared bytes of one warp's stage of the tensor-core GEMV for `ty` and the stages per warp
+/// (`tandem_mmv_stage` in mma.hip): 32 weight rows of one chunk (eight groups) padded to an odd
+/// number of 16-byte units, eight activation columns of 272 bytes, 64 (d, d * sum) pairs; three
+/// stages where rows take at most 208 bytes, else two.
+fn mmv_stage(ty: ElemType) -> (i64, i64) {
+    let chunk = ty.row_size(MMV_GROUPS * 32).unwrap_or(0) as i64;
+    let pad = ((chunk / 16) | 1) * 16;
+    let bytes = MMV_ROWS * pad + MMV_COLUMNS * (MMV_GROUPS * 32 + 16) + MMV_GROUPS * MMV_COLUMNS * 8;
+    (bytes, if pad > 208 { 2 } else { 3 })
+}
+
+/// Dynamic shared memory of a tensor-core GEMV block: every warp's ring of stages.
+pub fn mmv_shared_bytes(ty: ElemType) -> u32 {
+    let (bytes, stages) = mmv_stage(ty);
+    (i64::from(MMV_THREADS / 32) * stages * bytes) as u32
+}
+
+/// One block of [`MMV_THREADS`] per [`MMV_ROWS`] weight rows and batch.
+pub fn mmv_config(ty: ElemType, s: &MulMatShape) -> LaunchConfig {
+    LaunchConfig {
+        grid: [
+            ((s.m.max(1) + MMV_ROWS - 1) / MMV_ROWS).min(MAX_GRID_X) as u32,
+            s.batches().clamp(1, MAX_GRID_YZ) as u32,
+            1,
+        ],
+        block: [MMV_THREADS, 1, 1],
+        shared_bytes: mmv_shared_bytes(ty),
     }
 }
 
@@ -766,6 +845,19 @@ pub unsafe fn launch_gemv(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
     };
     let s = MulMatShape::new(node.dst, w, src1).ok_or_else(|| launch_error("gemv", "empty batch"))?;
     check_alignment("gemv", w, src1, node.dst)?;
+    if let Some(entry) = mmv_entry(w.ty).filter(|_| mmv_allowed(&ctx.info.arch) && mmv_fits(w.ty, dptr(w), &s)) {
+        if q8_1_layout(Q8Shape::of(src1).columns(), s.k).is_some() && s.batches() <= MAX_GRID_YZ {
+            let f = ctx.kernels.function(MMA_FAMILY, entry)?;
+            // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
+            let (qs, ds) = unsafe { quantize_src1(ctx, src1) }?;
+            let mut args = KernelArgs::new();
+            args.push(dptr(w)).push(qs).push(ds).push(dptr(node.dst)).push(s);
+            // SAFETY: (w, aq, ads, dst, tandem_mm_shape); rows past m, columns past n and groups
+            // past k copy nothing; rows and batch bases are 16-byte aligned (`mmv_fits`), so the
+            // 16-byte copies stay inside each row; the q8_1 copy holds every column of every batch.
+            return unsafe { ctx.stream.launch(&f, mmv_config(w.ty, &s), &mut args) }.map_err(KernelError::Gpu);
+        }
+    }
     let names = entries(w.ty).ok_or_else(|| launch_error("gemv", "no kernel for this weight type"))?;
     let f = ctx
         .kernels
