@@ -117,6 +117,12 @@ pub fn cases(batched: bool) -> Vec<Case> {
     for n in [2, 4] {
         v.push(mul_mat(ElemType::Q4_0, 14336, 4096, n));
     }
+    // Batched decode of the other shapes: attention projections (narrow) and the FFN's down
+    // projection (long rows).
+    for m in [1024, 4096] {
+        v.push(mul_mat(ElemType::Q4_0, m, 4096, 8));
+    }
+    v.push(mul_mat(ElemType::Q4K, 4096, 14336, 8));
     v.push(mul_mat(ElemType::Q6K, 32000, 4096, 1));
     // Narrow GEMVs (attention projections, small models): too few rows to fill a big GPU.
     for m in [1024, 2048, 3072] {
