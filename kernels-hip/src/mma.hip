@@ -793,17 +793,18 @@ TANDEM_DEVICE void tandem_mmid_mmq(const char* w, const char* aq, const char* ad
 }
 
 // ---------------------------------------------------------------- integer path, few columns
-// MUL_MAT with 2..8 columns (batched decode) for the 32-value block types and q4_K / q5_K: one
-// m16n8k32 mma takes 16 weight rows x 32 values against all eight columns, where the GEMV's
-// integer dot products would take one column at a time. Block = TANDEM_MMV_THREADS (four warps)
-// per TANDEM_MMV_ROWS (32) weight rows and batch; the warps split k: warp w takes chunks w, w + 4,
-// ... of eight 32-value groups. A chunk, copied with cp.async into the warp's own ring of stages
-// (two chunks in flight while one is multiplied, no block barrier), holds the 32 rows' raw weight
-// blocks (rows padded to an odd number of 16-byte units), the columns' int8 activations (columns
-// padded to 272 bytes) and their (d, d * sum) pairs by group. Per group each warp does two mma
-// (rows 0..15 and 16..31) with A fragments unpacked straight from the raw blocks, then applies
-// the scales as the int8 tiles do; at the end the four warps' partial sums meet in shared memory.
-// Columns past n copy nothing (zero-filled), so their lanes add zeros.
+// MUL_MAT with a few columns (batched decode; the launcher sends 3..8) for the 32-value block
+// types, q4_K, q5_K and q6_K: one m16n8k32 mma takes 16 weight rows x 32 values against all
+// eight columns, where the GEMV's integer dot products would take one column at a time (q6_K,
+// whose groups have a scale per 16 values: two m16n8k16 mma). Block = TANDEM_MMV_THREADS (four
+// warps) per TANDEM_MMV_ROWS (32) weight rows and batch; the warps split k: warp w takes chunks
+// w, w + 4, ... of eight 32-value groups. A chunk, copied with cp.async into the warp's own ring
+// of stages (two chunks in flight while one is multiplied, no block barrier), holds the 32 rows'
+// raw weight blocks (rows padded to an odd number of 16-byte units), the columns' int8
+// activations (columns padded to 272 bytes) and their (d, d * sum) pairs by group. Per group
+// each warp does two mma (rows 0..15 and 16..31) with A fragments unpacked straight from the raw
+// blocks, then applies the scales as the int8 tiles do; at the end the four warps' partial sums
+// meet in shared memory. Columns past n copy nothing (zero-filled), so their lanes add zeros.
 
 #define TANDEM_MMV_THREADS 128
 #define TANDEM_MMV_WARPS (TANDEM_MMV_THREADS / 32)
@@ -813,17 +814,6 @@ TANDEM_DEVICE void tandem_mmid_mmq(const char* w, const char* aq, const char* ad
 #define TANDEM_MMV_GROUPS 8
 #define TANDEM_MMV_AROW (TANDEM_MMV_GROUPS * 32 + 16)
 
-// A chunk's weights of one row: eight groups of a 32-value type (F: a tandem_mmf_* type), ...
-template <typename F>
-struct tandem_mmv_blocks {
-    static constexpr int CHUNK = TANDEM_MMV_GROUPS * F::BYTES;
-    static constexpr bool MIN = F::MIN;
-    static constexpr float OFF = 0.0f;
-    // Values 4c .. 4c + 3 and 16 + 4c .. of group g of the chunk row at r, and the group's d, m.
-    static __device__ __forceinline__ void frag(const u8* r, int g, int c, u32& lo, u32& hi, float& d, float& m) {
-        F::frag(r + g * F::BYTES, c, lo, hi, d, m);
-    }
-};
 // Orders a warp's shared-memory accesses (its own stages: no block barrier). Elsewhere, where the
 // kernels are never picked, a wave barrier keeps the code compiling.
 TANDEM_DEVICE void tandem_mmv_warp_sync() {
@@ -840,6 +830,19 @@ TANDEM_DEVICE void tandem_mmv_warp_sync() {
 TANDEM_DEVICE u32 tandem_mmv_ld32(const u8* p, bool al) {
     return al ? *(const u32*)p : tandem_mma_ld32(p);
 }
+
+// A chunk's weights of one row: eight groups of a 32-value type (F: a tandem_mmf_* type), ...
+template <typename F>
+struct tandem_mmv_blocks {
+    static constexpr int CHUNK = TANDEM_MMV_GROUPS * F::BYTES;
+    static constexpr bool MIN = F::MIN;
+    static constexpr float OFF = 0.0f;
+    static constexpr bool HALVES = false;
+    // Values 4c .. 4c + 3 and 16 + 4c .. of group g of the chunk row at r, and the group's d, m.
+    static __device__ __forceinline__ void frag(const u8* r, int g, int c, u32& lo, u32& hi, float& d, float& m) {
+        F::frag(r + g * F::BYTES, c, lo, hi, d, m);
+    }
+};
 // ... or eight q4_0 / q5_0 blocks, their values kept unsigned (0..15, 0..31: still valid signed
 // bytes) and the offset OFF (-8, -16) applied in f32 as OFF * d * (d_a * sum(a)): fewer
 // instructions per group than biasing every byte ...
@@ -847,6 +850,7 @@ struct tandem_mmvw_q4_0 {
     static constexpr int CHUNK = TANDEM_MMV_GROUPS * 18;
     static constexpr bool MIN = false;
     static constexpr float OFF = -8.0f;
+    static constexpr bool HALVES = false;
     static __device__ __forceinline__ void frag(const u8* r, int g, int c, u32& lo, u32& hi, float& d, float& m) {
         const u8* b = r + 18 * g;
         const u32 v = tandem_mmv_ld32(b + 2 + 4 * c, (18 * g + 2) % 4 == 0);
@@ -860,6 +864,7 @@ struct tandem_mmvw_q5_0 {
     static constexpr int CHUNK = TANDEM_MMV_GROUPS * 22;
     static constexpr bool MIN = false;
     static constexpr float OFF = -16.0f;
+    static constexpr bool HALVES = false;
     static __device__ __forceinline__ void frag(const u8* r, int g, int c, u32& lo, u32& hi, float& d, float& m) {
         const u8* b = r + 22 * g;
         const u32 qh = tandem_mmv_ld32(b + 2, (22 * g + 2) % 4 == 0);
@@ -875,6 +880,7 @@ struct tandem_mmvw_q8_0 {
     static constexpr int CHUNK = TANDEM_MMV_GROUPS * 34;
     static constexpr bool MIN = false;
     static constexpr float OFF = 0.0f;
+    static constexpr bool HALVES = false;
     static __device__ __forceinline__ void frag(const u8* r, int g, int c, u32& lo, u32& hi, float& d, float& m) {
         const u8* b = r + 34 * g;
         const bool al = (34 * g + 2) % 4 == 0;
@@ -890,6 +896,7 @@ struct tandem_mmvw_q4_K {
     static constexpr int CHUNK = 144;
     static constexpr bool MIN = true;
     static constexpr float OFF = 0.0f;
+    static constexpr bool HALVES = false;
     static __device__ __forceinline__ void frag(const u8* r, int g, int c, u32& lo, u32& hi, float& d, float& m) {
         const u8* qs = r + 16 + 32 * (g >> 1);
         const int shift = 4 * (g & 1);
@@ -906,6 +913,7 @@ struct tandem_mmvw_q5_K {
     static constexpr int CHUNK = 176;
     static constexpr bool MIN = true;
     static constexpr float OFF = 0.0f;
+    static constexpr bool HALVES = false;
     static __device__ __forceinline__ void frag(const u8* r, int g, int c, u32& lo, u32& hi, float& d, float& m) {
         const u8* qs = r + 48 + 32 * (g >> 1);
         const int shift = 4 * (g & 1);
@@ -920,13 +928,41 @@ struct tandem_mmvw_q5_K {
     }
 };
 
+// ... or one superblock of q6_K (ql[128], qh[64], scales[16] signed, d; 210 bytes, so chunks
+// start only 2-byte aligned within a row): each 32-value group has two scales, one per 16
+// values, so its dot takes two m16n8k16 mma (HALVES). frag16 gives values 16 h + 4c .. + 3 of
+// group g (h = 0, 1) of the superblock at sb as signed bytes (q - 32) and d * scale of each half.
+// Group g = 4n + j takes nibble j / 2 of ql[64n + 32 (j & 1) ..] and bits 2j of qh[32n ..].
+struct tandem_mmvw_q6_K {
+    static constexpr int CHUNK = 210;
+    static constexpr bool MIN = false;
+    static constexpr float OFF = 0.0f;
+    static constexpr bool HALVES = true;
+    static __device__ __forceinline__ void frag16(const u8* sb, int g, int c, u32 (&v)[2], float (&ds)[2]) {
+        const int n = g >> 2, j = g & 3;
+        const u8* ql = sb + 64 * n + 32 * (j & 1) + 4 * c;
+        const u8* qh = sb + 128 + 32 * n + 4 * c;
+        const int sl = 4 * (j >> 1), sh = 2 * j;
+        const float d = tandem_mma_half(sb + 208);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const u32 lo = (tandem_mma_ld32(ql + 16 * h) >> sl) & 0x0F0F0F0Fu;
+            const u32 hi = (tandem_mma_ld32(qh + 16 * h) >> sh) & 0x03030303u;
+            v[h] = tandem_mma_unbias(lo | (hi << 4), 0x20202020u);
+            ds[h] = d * (float)(i8)sb[192 + 2 * g + h];
+        }
+    }
+};
+
 // Shared layout of one warp's stage: PAD bytes per weight row (an odd number of 16-byte units,
 // so the eight rows a fragment load touches start in distinct bank quads), then the activations,
 // then the pairs [group][column]. STAGES per warp: three where two blocks of four warps fit an
 // SM's shared memory, else two (q8_0).
 template <typename T>
 struct tandem_mmv_stage {
-    static constexpr int UNITS = T::CHUNK / 16;
+    // A chunk's row in 16-byte units: CHUNK / 16, or for chunks that start 2-byte aligned the
+    // aligned window around them (up to 14 bytes before).
+    static constexpr int UNITS = T::CHUNK % 16 == 0 ? T::CHUNK / 16 : (T::CHUNK + 14 + 15) / 16;
     static constexpr int PAD = (UNITS | 1) * 16;
     static constexpr int W = TANDEM_MMV_ROWS * PAD;
     static constexpr int A = TANDEM_MMV_COLS * TANDEM_MMV_AROW;
@@ -951,6 +987,7 @@ struct tandem_mmv_plan {
     i64 rstep;          // eight rows
     i64 wstep, astep, dstep;
     i64 acol, dcol;     // two activation columns, four columns of pairs
+    int lead;           // bytes from the 16-byte unit below the next chunk to its start
     int rows;           // bit i: row lane / 4 + 8 i is below m
     int cols;           // bit u: activation column lane / 16 + 2 u is below ncols; bit 4 + h: pair column
     u32 wdst, adst, ddst;  // shared offsets within a stage
@@ -967,6 +1004,7 @@ TANDEM_DEVICE tandem_mmv_plan<T> tandem_mmv_make_plan(const u8* wb, i64 nb01, i6
 #pragma unroll
     for (int i = 0; i < 4; ++i) p.rows |= row0 + col + 8 * i < m ? 1 << i : 0;
     p.w = wb + (row0 + col) * nb01 + c0 * T::CHUNK + 16 * q;
+    p.lead = (int)(c0 * T::CHUNK % 16);
     p.wb = wb;
     p.rstep = 8 * nb01;
     const int ac = lane / 16, au = lane % 16, dc = lane / 8, dg = lane % 8;
@@ -998,11 +1036,12 @@ TANDEM_DEVICE void tandem_mmv_copy(u8* st, tandem_mmv_plan<T>& p, int ng) {
     const int q = threadIdx.x % 4;
     const u32 base = tandem_smem_addr(st);
     // Valid bytes of this lane's unit j in a row: a whole chunk's units below UNITS, or the
-    // part of a partial chunk's ng groups.
-    const int wbytes = ng * (T::CHUNK / TANDEM_MMV_GROUPS);
+    // part of a partial chunk's ng groups; copied from the 16-byte unit below the chunk's start
+    // (lead bytes before it; only for chunks that start 2-byte aligned), nothing past its end.
+    const int wbytes = p.lead + ng * T::CHUNK / TANDEM_MMV_GROUPS;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        const u8* row = p.w + i * p.rstep;
+        const u8* row = p.w - p.lead + i * p.rstep;
         const bool in = (p.rows >> i) & 1;
 #pragma unroll
         for (int j = 0; j < J; ++j) {
@@ -1027,6 +1066,7 @@ TANDEM_DEVICE void tandem_mmv_copy(u8* st, tandem_mmv_plan<T>& p, int ng) {
         tandem_cp8(st + p.ddst + 4 * h * 8, in ? p.d + h * p.dcol : (const char*)p.wb, in ? 8 : 0);
     }
     p.w += p.wstep;
+    p.lead = (p.lead + TANDEM_MMV_WARPS * T::CHUNK) % 16;
     p.a += p.astep;
     p.d += p.dstep;
 }
@@ -1073,6 +1113,41 @@ TANDEM_DEVICE void tandem_mmv_rows(const u8* wb, i64 nb01, i64 m, i64 k, i64 row
         const u8* st = ring + buf * S::BYTES;
 #if defined(TANDEM_MMA_ENABLED)
         const u8* arow = st + S::W + qr * TANDEM_MMV_AROW + 4 * qc;
+        if constexpr (T::HALVES) {
+            // The chunk's superblock starts `lead` bytes into each staged row (as copied).
+            const int lead = (int)(c % 16) * (T::CHUNK % 16) % 16;
+#pragma unroll
+            for (int g = 0; g < TANDEM_MMV_GROUPS; ++g) {
+                // b0, b1: values 4 qc .. and 16 + 4 qc .. of column qr's group: the B fragments of
+                // the two halves.
+                const u32 b0 = *(const u32*)(arow + 32 * g), b1 = *(const u32*)(arow + 32 * g + 16);
+                const float4 sc = *(const float4*)(st + S::W + S::A + (g * TANDEM_MMV_COLS + 2 * qc) * 8);
+#pragma unroll
+                for (int t = 0; t < 2; ++t) {
+                    u32 v0[2], v1[2];
+                    float ds0[2], ds1[2];
+                    T::frag16(st + (16 * t + qr) * S::PAD + lead, g, qc, v0, ds0);
+                    T::frag16(st + (16 * t + qr + 8) * S::PAD + lead, g, qc, v1, ds1);
+                    int ci[2][4];
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+                            "{%7, %7, %7, %7};"
+                            : "=r"(ci[h][0]), "=r"(ci[h][1]), "=r"(ci[h][2]), "=r"(ci[h][3])
+                            : "r"(v0[h]), "r"(v1[h]), "r"(h == 0 ? b0 : b1), "r"(0x4B400000));
+                    }
+                    // Row r, column j: acc += d_a,j * (d sc0_r * sum0 + d sc1_r * sum1).
+                    float* a = acc[t];
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const float* ds = e < 2 ? ds0 : ds1;
+                        const float s0 = __int_as_float(ci[0][e]) - 12582912.0f;
+                        const float s1 = __int_as_float(ci[1][e]) - 12582912.0f;
+                        a[e] = fmaf((e & 1) ? sc.z : sc.x, fmaf(ds[1], s1, ds[0] * s0), a[e]);
+                    }
+                }
+            }
+        } else {
 #pragma unroll
         for (int g = 0; g < TANDEM_MMV_GROUPS; ++g) {
             const u32 b0 = *(const u32*)(arow + 32 * g), b1 = *(const u32*)(arow + 32 * g + 16);
@@ -1104,6 +1179,7 @@ TANDEM_DEVICE void tandem_mmv_rows(const u8* wb, i64 nb01, i64 m, i64 k, i64 row
                 }
             }
         }
+        }
 #else
         // Built for a device without these instructions: never picked there; NaN if it were.
 #pragma unroll
@@ -1120,7 +1196,9 @@ TANDEM_DEVICE void tandem_mmv_rows(const u8* wb, i64 nb01, i64 m, i64 k, i64 row
 #pragma unroll
     for (int t = 0; t < 2; ++t)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) part[(16 * t + qr + (e >= 2 ? 8 : 0)) * TANDEM_MMV_COLS + 2 * qc + (e & 1)] = acc[t][e];
+        for (int e = 0; e < 4; ++e) {
+            part[(16 * t + qr + (e >= 2 ? 8 : 0)) * TANDEM_MMV_COLS + 2 * qc + (e & 1)] = acc[t][e];
+        }
     __syncthreads();
     for (int i = threadIdx.x; i < TANDEM_MMV_ROWS * TANDEM_MMV_COLS; i += TANDEM_MMV_THREADS) {
         const int r = i % TANDEM_MMV_ROWS, j = i / TANDEM_MMV_ROWS;
@@ -2076,6 +2154,7 @@ TANDEM_MMV_KERNEL tandem_mmv_iq4_nl(TANDEM_MMA_ARGS_Q) {
 }
 TANDEM_MMV_KERNEL tandem_mmv_q4_K(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmvw_q4_K>(w, aq, ads, dst, s); }
 TANDEM_MMV_KERNEL tandem_mmv_q5_K(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmvw_q5_K>(w, aq, ads, dst, s); }
+TANDEM_MMV_KERNEL tandem_mmv_q6_K(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmvw_q6_K>(w, aq, ads, dst, s); }
 TANDEM_MMA_KERNEL tandem_mma_f16(const char* w, const u16* xh, char* dst, tandem_mm_shape s) {
     tandem_mma_f16_tile(w, xh, dst, s);
 }

@@ -505,7 +505,7 @@ pub fn wgmmq_config(ty: ElemType, s: &MulMatShape) -> LaunchConfig {
 }
 
 /// The tensor-core GEMV for [`MMV_MIN_COLUMNS`]..=8 columns with weights of `ty`
-/// (`tandem_mmv_<type>`): the 32-value block types, q4_K and q5_K.
+/// (`tandem_mmv_<type>`): the 32-value block types, q4_K, q5_K and q6_K.
 pub fn mmv_entry(ty: ElemType) -> Option<&'static str> {
     Some(match ty {
         ElemType::Q4_0 => "tandem_mmv_q4_0",
@@ -516,6 +516,7 @@ pub fn mmv_entry(ty: ElemType) -> Option<&'static str> {
         ElemType::IQ4NL => "tandem_mmv_iq4_nl",
         ElemType::Q4K => "tandem_mmv_q4_K",
         ElemType::Q5K => "tandem_mmv_q5_K",
+        ElemType::Q6K => "tandem_mmv_q6_K",
         _ => return None,
     })
 }
@@ -537,12 +538,18 @@ pub fn mmv_fits(ty: ElemType, base: DevicePtr, s: &MulMatShape) -> bool {
 }
 
 /// Shared bytes of one warp's stage of the tensor-core GEMV for `ty` and the stages per warp
-/// (`tandem_mmv_stage` in mma.hip): 32 weight rows of one chunk (eight groups) padded to an odd
-/// number of 16-byte units, eight activation columns of 272 bytes, 64 (d, d * sum) pairs; three
-/// stages where rows take at most 208 bytes, else two.
+/// (`tandem_mmv_stage` in mma.hip): 32 weight rows of one chunk (eight groups; q6_K's 210-byte
+/// chunks start 2-byte aligned and take the 16-byte units around them, up to 14 bytes before)
+/// padded to an odd number of 16-byte units, eight activation columns of 272 bytes, 64 (d, d *
+/// sum) pairs; three stages where rows take at most 208 bytes, else two.
 fn mmv_stage(ty: ElemType) -> (i64, i64) {
     let chunk = ty.row_size(MMV_GROUPS * 32).unwrap_or(0) as i64;
-    let pad = ((chunk / 16) | 1) * 16;
+    let units = if chunk % 16 == 0 {
+        chunk / 16
+    } else {
+        (chunk + 14 + 15) / 16
+    };
+    let pad = (units | 1) * 16;
     let bytes = MMV_ROWS * pad + MMV_COLUMNS * (MMV_GROUPS * 32 + 16) + MMV_GROUPS * MMV_COLUMNS * 8;
     (bytes, if pad > 208 { 2 } else { 3 })
 }
