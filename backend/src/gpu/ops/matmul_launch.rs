@@ -62,6 +62,9 @@ pub const WGMMQ_TILE_M: i64 = 128;
 pub const WGMMQ_TILE_N: i64 = 128;
 pub const WGMMQ_STAGES: i64 = 4;
 /// The same for the pipelined int8 GEMM of the 32-value block types (`TANDEM_MMQ_*`).
+pub const MMQ_THREADS: u32 = 128;
+pub const MMQ_TILE_M: i64 = 64;
+pub const MMQ_TILE_N: i64 = 64;
 /// Tensor-core GEMV (`TANDEM_MMV_*` in mma.hip): threads per block (four warps splitting k),
 /// weight rows per block, columns, 32-value groups per chunk.
 pub const MMV_THREADS: u32 = 128;
@@ -71,9 +74,6 @@ pub const MMV_GROUPS: i64 = 8;
 /// The fewest columns that take the tensor-core GEMV: with two, the integer-dot GEMV is as fast
 /// (H200, q4_0 14336 x 4096: 28.4 vs 29.5 us; at four columns 40.6 vs 30.6).
 pub const MMV_MIN_COLUMNS: i64 = 3;
-pub const MMQ_THREADS: u32 = 128;
-pub const MMQ_TILE_M: i64 = 64;
-pub const MMQ_TILE_N: i64 = 64;
 /// Threads of a quantized-GEMV block (`TANDEM_MV_THREADS` of gemv.hip): eight 32-lane waves
 /// share one quantized copy of the activations.
 pub const GEMV_THREADS: u32 = 256;
