@@ -396,18 +396,6 @@ struct tandem_mv_pairs {
 
 // ---------------------------------------------------------------- staging
 
-// Orders one wave's shared-memory writes before its own later reads (no block barrier: every
-// wave stages and reads only its own slice).
-TANDEM_DEVICE void tandem_mv_wave_sync() {
-#if defined(TANDEM_NVIDIA)
-    __syncwarp();
-#else
-    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
-    __builtin_amdgcn_wave_barrier();
-    __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
-#endif
-}
-
 // Bytes of one staged chunk (TANDEM_MV_GROUPS groups) of T, a multiple of 16 for every type;
 // NV: 16-byte loads per lane that cover it with 32-lane waves.
 template <typename T>
@@ -590,7 +578,7 @@ TANDEM_DEVICE void tandem_mv_item(const tandem_mv_walk<T>& wk, uint4 (&r)[tandem
     const int ng = wk.ng(p);
     const i64 g0 = wk.g0(p);
     tandem_mv_put<tandem_mv_chunk<T>::NV>(r, stage, wk.src(p), wk.bytes(p), wk.al, lane, ws);
-    tandem_mv_wave_sync();
+    tandem_wave_sync();
     wk.fetch(r, f, lane, ws);
     // This chunk's activations: column j's groups at qa_c + 32 * t, pairs at qd_c + t.
     const i8* qa_c = qa + col0 * k + g0 * 32;
@@ -612,7 +600,7 @@ TANDEM_DEVICE void tandem_mv_item(const tandem_mv_walk<T>& wk, uint4 (&r)[tandem
             }
         }
     }
-    tandem_mv_wave_sync();
+    tandem_wave_sync();
     if (wk.last(p)) {
         tandem_mv_finish<MAXC>(acc, ncols, out + wk.row(p) * 4, out_stride);
 #pragma unroll
@@ -668,7 +656,7 @@ TANDEM_DEVICE void tandem_mv_pair_rows(const tandem_mv_walk<T>& wk, uint4 (&ra)[
             const tandem_mv_pos pa = {r, c}, pb = {r + 1, c};
             tandem_mv_put<NV>(ra, stage0, wk.src(pa), wk.bytes(pa), wk.al, lane, ws);
             if (two) tandem_mv_put<NV>(rb, stage1, wk.src(pb), wk.bytes(pb), wk.al, lane, ws);
-            tandem_mv_wave_sync();
+            tandem_wave_sync();
             const tandem_mv_pos na = c + 1 < wk.nchunks ? tandem_mv_pos{r, c + 1} : tandem_mv_pos{r + 2, 0};
             wk.fetch(ra, na, lane, ws);
             wk.fetch(rb, tandem_mv_pos{na.r + 1, na.c}, lane, ws);
@@ -694,7 +682,7 @@ TANDEM_DEVICE void tandem_mv_pair_rows(const tandem_mv_walk<T>& wk, uint4 (&ra)[
                     }
                 }
             }
-            tandem_mv_wave_sync();
+            tandem_wave_sync();
         }
         tandem_mv_finish<MAXC>(acc0, ncols, out + wk.row(tandem_mv_pos{r, 0}) * 4, out_stride);
         if (two) tandem_mv_finish<MAXC>(acc1, ncols, out + wk.row(tandem_mv_pos{r + 1, 0}) * 4, out_stride);

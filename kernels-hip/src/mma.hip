@@ -814,17 +814,6 @@ TANDEM_DEVICE void tandem_mmid_mmq(const char* w, const char* aq, const char* ad
 #define TANDEM_MMV_GROUPS 8
 #define TANDEM_MMV_AROW (TANDEM_MMV_GROUPS * 32 + 16)
 
-// Orders a warp's shared-memory accesses (its own stages: no block barrier). Elsewhere, where the
-// kernels are never picked, a wave barrier keeps the code compiling.
-TANDEM_DEVICE void tandem_mmv_warp_sync() {
-#if defined(TANDEM_NVIDIA)
-    __syncwarp();
-#else
-    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
-    __builtin_amdgcn_wave_barrier();
-    __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
-#endif
-}
 // 32 bits at p, 2-byte aligned, or 4-byte aligned where `al` (known when the kernel is compiled:
 // chunk rows start 16-byte aligned and groups are unrolled).
 TANDEM_DEVICE u32 tandem_mmv_ld32(const u8* p, bool al) {
@@ -1104,7 +1093,7 @@ TANDEM_DEVICE void tandem_mmv_rows(const u8* wb, i64 nb01, i64 m, i64 k, i64 row
     int buf = 0;
     for (i64 c = warp; c < chunks; c += TANDEM_MMV_WARPS) {
         tandem_cp_wait<S::STAGES - 2>();
-        tandem_mmv_warp_sync();
+        tandem_wave_sync();
         // The stage the previous chunk used is free again: queue the chunk STAGES - 1 ahead.
         const int fill = buf == 0 ? S::STAGES - 1 : buf - 1;
         if (next < chunks) tandem_mmv_copy<T>(ring + fill * S::BYTES, plan, ng(next));
@@ -1190,7 +1179,7 @@ TANDEM_DEVICE void tandem_mmv_rows(const u8* wb, i64 nb01, i64 m, i64 k, i64 row
         buf = buf == S::STAGES - 1 ? 0 : buf + 1;
     }
     tandem_cp_wait<0>();
-    tandem_mmv_warp_sync();
+    tandem_wave_sync();
     // The warp's partial sums into its own ring ([row][column] floats), then the block's sum.
     float* part = (float*)ring;
 #pragma unroll

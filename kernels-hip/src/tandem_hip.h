@@ -108,6 +108,18 @@ TANDEM_DEVICE float tandem_wave_max(float v) {
     return v;
 }
 
+// Orders one wave's shared-memory writes before its own later reads (for data a wave stages and
+// reads alone, where no block barrier is needed).
+TANDEM_DEVICE void tandem_wave_sync() {
+#if defined(TANDEM_NVIDIA)
+    __syncwarp();
+#else
+    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
+    __builtin_amdgcn_wave_barrier();
+    __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
+#endif
+}
+
 // A 16-byte load of data read once (weights): kept out of L1, so data read again (activations)
 // stays cached there.
 TANDEM_DEVICE uint4 tandem_ld_stream16(const uint4* p) {
