@@ -1895,6 +1895,9 @@ struct tandem_wgmmq_copies {
 template <typename T>
 TANDEM_DEVICE void tandem_wgmmq_prepare(u8* tile, float* scales, float* act, const u8* raw, const u8* pairs) {
     using L = tandem_wgmmq_layout<T>;
+    // The pair first: read after the stores below, it would wait out its latency there.
+    const int p = threadIdx.x;
+    const float2 ds = ((const float2*)pairs)[p];
     const int r = threadIdx.x / 4, blk = threadIdx.x % 4;
     const int at = blk * 4 * L::SROW + ((r % 8) / 2) * L::SROW + 2 * (r / 8) + r % 2;  // row r = 8 j + 2 q + e
     const u8* b = raw + r * L::RAW_ROW + blk * T::BYTES;
@@ -1906,9 +1909,7 @@ TANDEM_DEVICE void tandem_wgmmq_prepare(u8* tile, float* scales, float* act, con
     *(uint4*)(tile + tandem_wgmma_at(r, 2 * blk + 1)) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
     scales[at] = d;
     if (T::MIN) scales[L::SCALE_M + at] = m;
-    const int p = threadIdx.x;
     const int g = p / TANDEM_WGMMQ_BN, c = p % TANDEM_WGMMQ_BN;
-    const float2 ds = ((const float2*)pairs)[p];
     act[TANDEM_WGMMQ_KG * c + g] = ds.x;
     act[L::ACT + TANDEM_WGMMQ_KG * c + g] = -12582912.0f * ds.x;
     if (T::MIN) act[2 * L::ACT + TANDEM_WGMMQ_KG * c + g] = ds.y;
@@ -2015,14 +2016,16 @@ TANDEM_DEVICE void tandem_wgmmq_tile(u8* base, const u8* wb, i64 nb01, i64 m, i6
         const u64 dlo = tandem_wgmma_desc(tile(st) + (wg / 2) * 64 * 128), dhi = dlo + 32 * 128 / 16;
         tandem_wgmmq_issue(lo, da, dlo, 0);
         tandem_wgmmq_issue(hi, da, dhi, 0);
+        // This step's activation scales, read before the stores of the next step's preparation
+        // (the offsets' sums after them: registers).
+        const float* av = acts(st);
+        const float4 d0 = *(const float4*)(av + 4 * a0), d1 = *(const float4*)(av + 4 * (a0 + 8));
+        const float4 n0 = *(const float4*)(av + L::ACT + 4 * a0), n1 = *(const float4*)(av + L::ACT + 4 * (a0 + 8));
         const i64 next = st + TANDEM_WGMMQ_STAGES - 1;
         if (next < steps) cp.acts(act(next), next);
         if (next + 1 < steps) cp.blocks(pairs(next + 1), raw(next + 1), next + 1);
         tandem_cp_commit();
         if (st + 1 < steps) tandem_wgmmq_prepare<T>(tile(st + 1), scales(st + 1), acts(st + 1), raw(st + 1), pairs(st + 1));
-        const float* av = acts(st);
-        const float4 d0 = *(const float4*)(av + 4 * a0), d1 = *(const float4*)(av + 4 * (a0 + 8));
-        const float4 n0 = *(const float4*)(av + L::ACT + 4 * a0), n1 = *(const float4*)(av + L::ACT + 4 * (a0 + 8));
         float4 s0 = make_float4(0, 0, 0, 0), s1 = s0;
         if (T::MIN) {
             s0 = *(const float4*)(av + 2 * L::ACT + 4 * a0);
