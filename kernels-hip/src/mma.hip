@@ -794,17 +794,17 @@ TANDEM_DEVICE void tandem_mmid_mmq(const char* w, const char* aq, const char* ad
 
 // ---------------------------------------------------------------- integer path, few columns
 // MUL_MAT with a few columns (batched decode; the launcher sends 3..8) for the 32-value block
-// types, q4_K, q5_K and q6_K: one m16n8k32 mma takes 16 weight rows x 32 values against all
-// eight columns, where the GEMV's integer dot products would take one column at a time (q6_K,
-// whose groups have a scale per 16 values: two m16n8k16 mma). Block = TANDEM_MMV_THREADS (four
-// warps) per TANDEM_MMV_ROWS (32) weight rows and batch; the warps split k: warp w takes chunks
-// w, w + 4, ... of eight 32-value groups. A chunk, copied with cp.async into the warp's own ring
-// of stages (two chunks in flight while one is multiplied, no block barrier), holds the 32 rows'
-// raw weight blocks (rows padded to an odd number of 16-byte units), the columns' int8
-// activations (columns padded to 272 bytes) and their (d, d * sum) pairs by group. Per group
-// each warp does two mma (rows 0..15 and 16..31) with A fragments unpacked straight from the raw
-// blocks, then applies the scales as the int8 tiles do; at the end the four warps' partial sums
-// meet in shared memory. Columns past n copy nothing (zero-filled), so their lanes add zeros.
+// types, q3_K, q4_K, q5_K and q6_K: one m16n8k32 mma takes 16 weight rows x 32 values against all
+// eight columns, where the GEMV's integer dot products would take one column at a time (q3_K and
+// q6_K, whose groups have a scale per 16 values: two m16n8k16 mma). Block = TANDEM_MMV_THREADS
+// (four warps) per TANDEM_MMV_ROWS (32) weight rows and batch; the warps split k: warp w takes
+// chunks w, w + 4, ... of eight 32-value groups. A chunk, copied with cp.async into the warp's own
+// ring of stages (two chunks in flight while one is multiplied, no block barrier), holds the 32
+// rows' raw weight blocks (rows padded to an odd number of 16-byte units), the columns' int8
+// activations (columns padded to 272 bytes) and their (d, d * sum) pairs by group. Per group each
+// warp does two mma (rows 0..15 and 16..31) with A fragments unpacked straight from the raw blocks,
+// then applies the scales as the int8 tiles do; at the end the four warps' partial sums meet in
+// shared memory. Columns past n copy nothing (zero-filled), so their lanes add zeros.
 
 #define TANDEM_MMV_THREADS 128
 #define TANDEM_MMV_WARPS (TANDEM_MMV_THREADS / 32)
@@ -939,6 +939,29 @@ struct tandem_mmvw_q6_K {
             const u32 hi = (tandem_mma_ld32(qh + 16 * h) >> sh) & 0x03030303u;
             v[h] = tandem_mma_unbias(lo | (hi << 4), 0x20202020u);
             ds[h] = d * (float)(i8)sb[192 + 2 * g + h];
+        }
+    }
+};
+
+// ... or one superblock of q3_K (hmask[32], qs[64], scales[12]: sixteen 6-bit scales, d; 110
+// bytes, chunks start 2-byte aligned), a scale per 16 values as q6_K (HALVES): group g = 4n + j
+// takes bits 2j, 2j + 1 of qs[32n ..] and bit g of hmask[..], less 4 where that bit is clear.
+struct tandem_mmvw_q3_K {
+    static constexpr int CHUNK = 110;
+    static constexpr bool MIN = false;
+    static constexpr float OFF = 0.0f;
+    static constexpr bool HALVES = true;
+    static __device__ __forceinline__ void frag16(const u8* sb, int g, int c, u32 (&v)[2], float (&ds)[2]) {
+        const u8* qs = sb + 32 + 32 * (g >> 2) + 4 * c;
+        const u8* hm = sb + 4 * c;
+        const int sl = 2 * (g & 3);
+        const float d = tandem_mma_half(sb + 108);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const u32 lo = (tandem_mma_ld32(qs + 16 * h) >> sl) & 0x03030303u;
+            const u32 hi = (tandem_mma_ld32(hm + 16 * h) >> g) & 0x01010101u;
+            v[h] = tandem_mma_unbias(lo | (hi << 2), 0x04040404u);
+            ds[h] = d * (float)tandem_q3_K_scale(sb + 96, 2 * g + h);
         }
     }
 };
@@ -2146,6 +2169,7 @@ TANDEM_MMV_KERNEL tandem_mmv_iq4_nl(TANDEM_MMA_ARGS_Q) {
 }
 TANDEM_MMV_KERNEL tandem_mmv_q4_K(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmvw_q4_K>(w, aq, ads, dst, s); }
 TANDEM_MMV_KERNEL tandem_mmv_q5_K(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmvw_q5_K>(w, aq, ads, dst, s); }
+TANDEM_MMV_KERNEL tandem_mmv_q3_K(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmvw_q3_K>(w, aq, ads, dst, s); }
 TANDEM_MMV_KERNEL tandem_mmv_q6_K(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmvw_q6_K>(w, aq, ads, dst, s); }
 TANDEM_MMA_KERNEL tandem_mma_f16(const char* w, const u16* xh, char* dst, tandem_mm_shape s) {
     tandem_mma_f16_tile(w, xh, dst, s);

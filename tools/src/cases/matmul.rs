@@ -82,9 +82,15 @@ pub fn cases(v: &mut Vec<Case>) {
         }
         v.push(mul_mat(ty, 33, 512, 3, [2, 2], [3, 2]));
         v.push(mul_mat_permuted(ty, 19, 512, 8, 3));
-        // Rows of 2048 values: 16-byte aligned for q6_K too, whose 210-byte chunks start at every
-        // even offset within a 16-byte unit (eight chunks, two per warp).
+        // Rows of 2048 values: 16-byte aligned for q3_K and q6_K too, whose 110- and 210-byte
+        // chunks start at every even offset within a 16-byte unit (eight chunks, two per warp);
+        // for the superblock types also the fewest and most columns, with a partial row tile.
         v.push(mul_mat(ty, 67, 2048, 6, [2, 1], [2, 1]));
+        if ty.block_size() == 256 {
+            for n in [3, 8] {
+                v.push(mul_mat(ty, 67, 2048, n, [1, 1], [1, 1]));
+            }
+        }
         // Prefill widths: partial GEMM tiles (64 x 64, and 128 x 64 on tensor cores) in both
         // dimensions, and 9 columns.
         for (m, n) in [(129, 65), (64, 9)] {
