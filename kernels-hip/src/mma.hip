@@ -794,9 +794,10 @@ TANDEM_DEVICE void tandem_mmid_mmq(const char* w, const char* aq, const char* ad
 
 // ---------------------------------------------------------------- integer path, few columns
 // MUL_MAT with a few columns (batched decode; the launcher sends 3..8) for the 32-value block
-// types, q3_K, q4_K, q5_K and q6_K: one m16n8k32 mma takes 16 weight rows x 32 values against all
-// eight columns, where the GEMV's integer dot products would take one column at a time (q3_K and
-// q6_K, whose groups have a scale per 16 values: two m16n8k16 mma). Block = TANDEM_MMV_THREADS
+// types and q2_K .. q6_K: one m16n8k32 mma takes 16 weight rows x 32 values against all eight
+// columns, where the GEMV's integer dot products would take one column at a time (q2_K, q3_K and
+// q6_K, whose groups have a scale per 16 values: two m16n8k16 mma; q2_K's mins per 16 values
+// take each half's activation sums from one more mma against ones). Block = TANDEM_MMV_THREADS
 // (four warps) per TANDEM_MMV_ROWS (32) weight rows and batch; the warps split k: warp w takes
 // chunks w, w + 4, ... of eight 32-value groups. A chunk, copied with cp.async into the warp's own
 // ring of stages (two chunks in flight while one is multiplied, no block barrier), holds the 32
@@ -940,6 +941,31 @@ struct tandem_mmvw_q6_K {
             v[h] = tandem_mma_unbias(lo | (hi << 4), 0x20202020u);
             ds[h] = d * (float)(i8)sb[192 + 2 * g + h];
         }
+    }
+};
+
+// ... or one superblock of q2_K (scales[16]: a 4-bit scale and a 4-bit min per 16 values,
+// qs[64], d, dmin; 84 bytes): group g = 4n + j takes bits 2j, 2j + 1 of qs[32n ..] (0..3), and
+// each half's values are d * sc * q - dmin * mn (HALVES with MIN: mins16 gives dmin * mn).
+struct tandem_mmvw_q2_K {
+    static constexpr int CHUNK = 84;
+    static constexpr bool MIN = true;
+    static constexpr float OFF = 0.0f;
+    static constexpr bool HALVES = true;
+    static __device__ __forceinline__ void frag16(const u8* sb, int g, int c, u32 (&v)[2], float (&ds)[2]) {
+        const u8* qs = sb + 16 + 32 * (g >> 2) + 4 * c;
+        const int sl = 2 * (g & 3);
+        const float d = tandem_mma_half(sb + 80);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            v[h] = (tandem_mma_ld32(qs + 16 * h) >> sl) & 0x03030303u;
+            ds[h] = d * (float)(sb[2 * g + h] & 15);
+        }
+    }
+    static __device__ __forceinline__ void mins16(const u8* sb, int g, float (&ms)[2]) {
+        const float dmin = tandem_mma_half(sb + 82);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) ms[h] = dmin * (float)(sb[2 * g + h] >> 4);
     }
 };
 
@@ -1134,12 +1160,31 @@ TANDEM_DEVICE void tandem_mmv_rows(const u8* wb, i64 nb01, i64 m, i64 k, i64 row
                 // the two halves.
                 const u32 b0 = *(const u32*)(arow + 32 * g), b1 = *(const u32*)(arow + 32 * g + 16);
                 const float4 sc = *(const float4*)(st + S::W + S::A + (g * TANDEM_MMV_COLS + 2 * qc) * 8);
+                // With mins: each half's sums of the int8 activations of columns 2 qc, 2 qc + 1
+                // (an mma against ones, exact as the others).
+                float as[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+                if constexpr (T::MIN) {
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        int cs[4];
+                        asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %4}, {%5}, "
+                            "{%6, %6, %6, %6};"
+                            : "=r"(cs[0]), "=r"(cs[1]), "=r"(cs[2]), "=r"(cs[3])
+                            : "r"(0x01010101u), "r"(h == 0 ? b0 : b1), "r"(0x4B400000));
+                        as[h][0] = __int_as_float(cs[0]) - 12582912.0f;
+                        as[h][1] = __int_as_float(cs[1]) - 12582912.0f;
+                    }
+                }
 #pragma unroll
                 for (int t = 0; t < 2; ++t) {
                     u32 v0[2], v1[2];
-                    float ds0[2], ds1[2];
+                    float ds0[2], ds1[2], ms0[2] = {0.0f, 0.0f}, ms1[2] = {0.0f, 0.0f};
                     T::frag16(st + (16 * t + qr) * S::PAD + lead, g, qc, v0, ds0);
                     T::frag16(st + (16 * t + qr + 8) * S::PAD + lead, g, qc, v1, ds1);
+                    if constexpr (T::MIN) {
+                        T::mins16(st + (16 * t + qr) * S::PAD + lead, g, ms0);
+                        T::mins16(st + (16 * t + qr + 8) * S::PAD + lead, g, ms1);
+                    }
                     int ci[2][4];
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
@@ -1148,14 +1193,20 @@ TANDEM_DEVICE void tandem_mmv_rows(const u8* wb, i64 nb01, i64 m, i64 k, i64 row
                             : "=r"(ci[h][0]), "=r"(ci[h][1]), "=r"(ci[h][2]), "=r"(ci[h][3])
                             : "r"(v0[h]), "r"(v1[h]), "r"(h == 0 ? b0 : b1), "r"(0x4B400000));
                     }
-                    // Row r, column j: acc += d_a,j * (d sc0_r * sum0 + d sc1_r * sum1).
+                    // Row r, column j: acc += d_a,j * (d sc0_r * sum0 + d sc1_r * sum1
+                    //                                  [- mn0_r * asum0_j - mn1_r * asum1_j]).
                     float* a = acc[t];
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         const float* ds = e < 2 ? ds0 : ds1;
                         const float s0 = __int_as_float(ci[0][e]) - 12582912.0f;
                         const float s1 = __int_as_float(ci[1][e]) - 12582912.0f;
-                        a[e] = fmaf((e & 1) ? sc.z : sc.x, fmaf(ds[1], s1, ds[0] * s0), a[e]);
+                        float in = fmaf(ds[1], s1, ds[0] * s0);
+                        if constexpr (T::MIN) {
+                            const float* ms = e < 2 ? ms0 : ms1;
+                            in = fmaf(-ms[1], as[1][e & 1], fmaf(-ms[0], as[0][e & 1], in));
+                        }
+                        a[e] = fmaf((e & 1) ? sc.z : sc.x, in, a[e]);
                     }
                 }
             }
@@ -2169,6 +2220,7 @@ TANDEM_MMV_KERNEL tandem_mmv_iq4_nl(TANDEM_MMA_ARGS_Q) {
 }
 TANDEM_MMV_KERNEL tandem_mmv_q4_K(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmvw_q4_K>(w, aq, ads, dst, s); }
 TANDEM_MMV_KERNEL tandem_mmv_q5_K(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmvw_q5_K>(w, aq, ads, dst, s); }
+TANDEM_MMV_KERNEL tandem_mmv_q2_K(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmvw_q2_K>(w, aq, ads, dst, s); }
 TANDEM_MMV_KERNEL tandem_mmv_q3_K(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmvw_q3_K>(w, aq, ads, dst, s); }
 TANDEM_MMV_KERNEL tandem_mmv_q6_K(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmvw_q6_K>(w, aq, ads, dst, s); }
 TANDEM_MMA_KERNEL tandem_mma_f16(const char* w, const u16* xh, char* dst, tandem_mm_shape s) {

@@ -100,6 +100,7 @@ pub(crate) const FAMILIES: &[KernelSource] = &[
             "tandem_mmv_iq4_nl",
             "tandem_mmv_q4_K",
             "tandem_mmv_q5_K",
+            "tandem_mmv_q2_K",
             "tandem_mmv_q3_K",
             "tandem_mmv_q6_K",
             "tandem_wgmma_f16",

@@ -111,7 +111,7 @@ pub fn cases(batched: bool) -> Vec<Case> {
         v.push(mul_mat(ty, 4096, 14336, 1));
     }
     // Batched decode (several sequences or draft tokens): the multi-column GEMV.
-    for ty in [ElemType::Q8_0, ElemType::Q3K, ElemType::Q6K] {
+    for ty in [ElemType::Q8_0, ElemType::Q2K, ElemType::Q3K, ElemType::Q6K] {
         v.push(mul_mat(ty, 14336, 4096, 8));
     }
     for n in [2, 4] {

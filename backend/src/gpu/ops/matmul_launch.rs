@@ -505,7 +505,7 @@ pub fn wgmmq_config(ty: ElemType, s: &MulMatShape) -> LaunchConfig {
 }
 
 /// The tensor-core GEMV for [`MMV_MIN_COLUMNS`]..=8 columns with weights of `ty`
-/// (`tandem_mmv_<type>`): the 32-value block types, q3_K, q4_K, q5_K and q6_K.
+/// (`tandem_mmv_<type>`): the 32-value block types and q2_K .. q6_K.
 pub fn mmv_entry(ty: ElemType) -> Option<&'static str> {
     Some(match ty {
         ElemType::Q4_0 => "tandem_mmv_q4_0",
@@ -516,6 +516,7 @@ pub fn mmv_entry(ty: ElemType) -> Option<&'static str> {
         ElemType::IQ4NL => "tandem_mmv_iq4_nl",
         ElemType::Q4K => "tandem_mmv_q4_K",
         ElemType::Q5K => "tandem_mmv_q5_K",
+        ElemType::Q2K => "tandem_mmv_q2_K",
         ElemType::Q3K => "tandem_mmv_q3_K",
         ElemType::Q6K => "tandem_mmv_q6_K",
         _ => return None,
@@ -539,9 +540,9 @@ pub fn mmv_fits(ty: ElemType, base: DevicePtr, s: &MulMatShape) -> bool {
 }
 
 /// Shared bytes of one warp's stage of the tensor-core GEMV for `ty` and the stages per warp
-/// (`tandem_mmv_stage` in mma.hip): 32 weight rows of one chunk (eight groups; q3_K's 110-byte
-/// and q6_K's 210-byte chunks start 2-byte aligned and take the 16-byte units around them, up
-/// to 14 bytes before)
+/// (`tandem_mmv_stage` in mma.hip): 32 weight rows of one chunk (eight groups; the 84-, 110- and
+/// 210-byte chunks of q2_K, q3_K and q6_K start 4- or 2-byte aligned and take the 16-byte units
+/// around them, up to 14 bytes before)
 /// padded to an odd number of 16-byte units, eight activation columns of 272 bytes, 64 (d, d *
 /// sum) pairs; three stages where rows take at most 208 bytes, else two.
 fn mmv_stage(ty: ElemType) -> (i64, i64) {
