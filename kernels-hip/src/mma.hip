@@ -1109,172 +1109,199 @@ TANDEM_DEVICE void tandem_mmv_copy(u8* st, tandem_mmv_plan<T>& p, int ng) {
     p.d += p.dstep;
 }
 
-// The block's 32 rows (row0 ..) against columns first .. first + ncols of the q8_1 copy; row r's
-// sums go to out + j * nb1 + r * 4 for column j.
+// The block's tiles of 32 rows (tile blockIdx.x, + gridDim.x, ...) against columns first ..
+// first + ncols of the q8_1 copy; row r's sums go to out + j * nb1 + r * 4 for column j. The
+// grid holds about as many blocks as fit the device at once, so each warp's copies run on from
+// one tile into the next instead of every block starting with an empty pipeline.
 template <typename T>
-TANDEM_DEVICE void tandem_mmv_rows(const u8* wb, i64 nb01, i64 m, i64 k, i64 row0, const char* aq, const char* ads,
-                                   i64 first, int ncols, char* out, i64 nb1) {
+TANDEM_DEVICE void tandem_mmv_rows(const u8* wb, i64 nb01, i64 m, i64 k, const char* aq, const char* ads, i64 first,
+                                   int ncols, char* out, i64 nb1) {
     using S = tandem_mmv_stage<T>;
     extern __shared__ __align__(16) u8 tandem_mmv_smem[];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int qr = lane / 4, qc = lane % 4;
     u8* ring = tandem_mmv_smem + warp * S::STAGES * S::BYTES;
+    // Warps 1..'s partial sums of a tile ([warp - 1][row][column] floats), after the rings.
+    float* part = (float*)(tandem_mmv_smem + TANDEM_MMV_WARPS * S::STAGES * S::BYTES);
     const i64 groups = k / 32;
     const i64 chunks = (groups + TANDEM_MMV_GROUPS - 1) / TANDEM_MMV_GROUPS;
+    const i64 tiles = (m + TANDEM_MMV_ROWS - 1) / TANDEM_MMV_ROWS;
+    // Chunks of each tile this warp takes: warp, warp + WARPS, ...
+    const i64 nw = chunks > warp ? (chunks - warp + TANDEM_MMV_WARPS - 1) / TANDEM_MMV_WARPS : 0;
     float acc[2][4];
 #pragma unroll
     for (int t = 0; t < 2; ++t)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[t][e] = 0.0f;
-    // This warp's chunks: warp, warp + WARPS, ...; the first STAGES - 1 queued ahead.
-    tandem_mmv_plan<T> plan = tandem_mmv_make_plan<T>(wb, nb01, m, row0, aq, ads, k, first, ncols, warp);
     auto ng = [&](i64 c) {
         const i64 left = groups - c * TANDEM_MMV_GROUPS;
         return (int)(left < TANDEM_MMV_GROUPS ? left : TANDEM_MMV_GROUPS);
     };
-    i64 next = warp;
+    // The copies run STAGES - 1 chunks ahead of the dot, on into the block's next tile: chunk
+    // warp + WARPS * cn of tile ct is the next to queue.
+    i64 ct = blockIdx.x, cn = 0;
+    auto plan_of = [&](i64 t) {
+        return tandem_mmv_make_plan<T>(wb, nb01, m, t * TANDEM_MMV_ROWS, aq, ads, k, first, ncols, warp);
+    };
+    tandem_mmv_plan<T> plan = plan_of(ct);
+    auto queue = [&](u8* stage) {
+        if (cn < nw && ct < tiles) {
+            tandem_mmv_copy<T>(stage, plan, ng(warp + TANDEM_MMV_WARPS * cn));
+            if (++cn == nw) {
+                cn = 0;
+                ct += gridDim.x;
+                if (ct < tiles) plan = plan_of(ct);
+            }
+        }
+        tandem_cp_commit();
+    };
 #pragma unroll
-    for (int s = 0; s < S::STAGES - 1; ++s) {
-        if (next < chunks) tandem_mmv_copy<T>(ring + s * S::BYTES, plan, ng(next));
-        tandem_cp_commit();
-        next += TANDEM_MMV_WARPS;
-    }
+    for (int s = 0; s < S::STAGES - 1; ++s) queue(ring + s * S::BYTES);
     int buf = 0;
-    for (i64 c = warp; c < chunks; c += TANDEM_MMV_WARPS) {
-        tandem_cp_wait<S::STAGES - 2>();
-        tandem_wave_sync();
-        // The stage the previous chunk used is free again: queue the chunk STAGES - 1 ahead.
-        const int fill = buf == 0 ? S::STAGES - 1 : buf - 1;
-        if (next < chunks) tandem_mmv_copy<T>(ring + fill * S::BYTES, plan, ng(next));
-        tandem_cp_commit();
-        next += TANDEM_MMV_WARPS;
-        const u8* st = ring + buf * S::BYTES;
+    for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const i64 row0 = tile * TANDEM_MMV_ROWS;
+        for (i64 c = warp; c < chunks; c += TANDEM_MMV_WARPS) {
+            tandem_cp_wait<S::STAGES - 2>();
+            tandem_wave_sync();
+            // The stage the previous chunk used is free again: queue the chunk STAGES - 1 ahead.
+            queue(ring + (buf == 0 ? S::STAGES - 1 : buf - 1) * S::BYTES);
+            const u8* st = ring + buf * S::BYTES;
 #if defined(TANDEM_MMA_ENABLED)
-        const u8* arow = st + S::W + qr * TANDEM_MMV_AROW + 4 * qc;
-        if constexpr (T::HALVES) {
-            // The chunk's superblock starts `lead` bytes into each staged row (as copied).
-            const int lead = (int)(c % 16) * (T::CHUNK % 16) % 16;
+            const u8* arow = st + S::W + qr * TANDEM_MMV_AROW + 4 * qc;
+            if constexpr (T::HALVES) {
+                // The chunk's superblock starts `lead` bytes into each staged row (as copied).
+                const int lead = (int)(c % 16) * (T::CHUNK % 16) % 16;
+#pragma unroll
+                for (int g = 0; g < TANDEM_MMV_GROUPS; ++g) {
+                    // b0, b1: values 4 qc .. and 16 + 4 qc .. of column qr's group: the B
+                    // fragments of the two halves.
+                    const u32 b0 = *(const u32*)(arow + 32 * g), b1 = *(const u32*)(arow + 32 * g + 16);
+                    const float4 sc = *(const float4*)(st + S::W + S::A + (g * TANDEM_MMV_COLS + 2 * qc) * 8);
+                    // With mins: each half's sums of the int8 activations of columns 2 qc, 2 qc + 1
+                    // (an mma against ones, exact as the others).
+                    float as[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+                    if constexpr (T::MIN) {
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            int cs[4];
+                            asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %4}, {%5}, "
+                                "{%6, %6, %6, %6};"
+                                : "=r"(cs[0]), "=r"(cs[1]), "=r"(cs[2]), "=r"(cs[3])
+                                : "r"(0x01010101u), "r"(h == 0 ? b0 : b1), "r"(0x4B400000));
+                            as[h][0] = __int_as_float(cs[0]) - 12582912.0f;
+                            as[h][1] = __int_as_float(cs[1]) - 12582912.0f;
+                        }
+                    }
+#pragma unroll
+                    for (int t = 0; t < 2; ++t) {
+                        u32 v0[2], v1[2];
+                        float ds0[2], ds1[2], ms0[2] = {0.0f, 0.0f}, ms1[2] = {0.0f, 0.0f};
+                        T::frag16(st + (16 * t + qr) * S::PAD + lead, g, qc, v0, ds0);
+                        T::frag16(st + (16 * t + qr + 8) * S::PAD + lead, g, qc, v1, ds1);
+                        if constexpr (T::MIN) {
+                            T::mins16(st + (16 * t + qr) * S::PAD + lead, g, ms0);
+                            T::mins16(st + (16 * t + qr + 8) * S::PAD + lead, g, ms1);
+                        }
+                        int ci[2][4];
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+                                "{%7, %7, %7, %7};"
+                                : "=r"(ci[h][0]), "=r"(ci[h][1]), "=r"(ci[h][2]), "=r"(ci[h][3])
+                                : "r"(v0[h]), "r"(v1[h]), "r"(h == 0 ? b0 : b1), "r"(0x4B400000));
+                        }
+                        // Row r, column j: acc += d_a,j * (d sc0_r * sum0 + d sc1_r * sum1
+                        //                                  [- mn0_r * asum0_j - mn1_r * asum1_j]).
+                        float* a = acc[t];
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            const float* ds = e < 2 ? ds0 : ds1;
+                            const float s0 = __int_as_float(ci[0][e]) - 12582912.0f;
+                            const float s1 = __int_as_float(ci[1][e]) - 12582912.0f;
+                            float in = fmaf(ds[1], s1, ds[0] * s0);
+                            if constexpr (T::MIN) {
+                                const float* ms = e < 2 ? ms0 : ms1;
+                                in = fmaf(-ms[1], as[1][e & 1], fmaf(-ms[0], as[0][e & 1], in));
+                            }
+                            a[e] = fmaf((e & 1) ? sc.z : sc.x, in, a[e]);
+                        }
+                    }
+                }
+            } else {
 #pragma unroll
             for (int g = 0; g < TANDEM_MMV_GROUPS; ++g) {
-                // b0, b1: values 4 qc .. and 16 + 4 qc .. of column qr's group: the B fragments of
-                // the two halves.
                 const u32 b0 = *(const u32*)(arow + 32 * g), b1 = *(const u32*)(arow + 32 * g + 16);
+                // (d_a, d_a * sum) of columns 2 qc and 2 qc + 1.
                 const float4 sc = *(const float4*)(st + S::W + S::A + (g * TANDEM_MMV_COLS + 2 * qc) * 8);
-                // With mins: each half's sums of the int8 activations of columns 2 qc, 2 qc + 1
-                // (an mma against ones, exact as the others).
-                float as[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
-                if constexpr (T::MIN) {
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        int cs[4];
-                        asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %4}, {%5}, "
-                            "{%6, %6, %6, %6};"
-                            : "=r"(cs[0]), "=r"(cs[1]), "=r"(cs[2]), "=r"(cs[3])
-                            : "r"(0x01010101u), "r"(h == 0 ? b0 : b1), "r"(0x4B400000));
-                        as[h][0] = __int_as_float(cs[0]) - 12582912.0f;
-                        as[h][1] = __int_as_float(cs[1]) - 12582912.0f;
-                    }
-                }
+                const float o0 = T::OFF * sc.y, o1 = T::OFF * sc.w;
 #pragma unroll
                 for (int t = 0; t < 2; ++t) {
-                    u32 v0[2], v1[2];
-                    float ds0[2], ds1[2], ms0[2] = {0.0f, 0.0f}, ms1[2] = {0.0f, 0.0f};
-                    T::frag16(st + (16 * t + qr) * S::PAD + lead, g, qc, v0, ds0);
-                    T::frag16(st + (16 * t + qr + 8) * S::PAD + lead, g, qc, v1, ds1);
-                    if constexpr (T::MIN) {
-                        T::mins16(st + (16 * t + qr) * S::PAD + lead, g, ms0);
-                        T::mins16(st + (16 * t + qr + 8) * S::PAD + lead, g, ms1);
-                    }
-                    int ci[2][4];
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
-                            "{%7, %7, %7, %7};"
-                            : "=r"(ci[h][0]), "=r"(ci[h][1]), "=r"(ci[h][2]), "=r"(ci[h][3])
-                            : "r"(v0[h]), "r"(v1[h]), "r"(h == 0 ? b0 : b1), "r"(0x4B400000));
-                    }
-                    // Row r, column j: acc += d_a,j * (d sc0_r * sum0 + d sc1_r * sum1
-                    //                                  [- mn0_r * asum0_j - mn1_r * asum1_j]).
+                    u32 fa[4];
+                    float d0, d1, m0, m1;
+                    T::frag(st + (16 * t + qr) * S::PAD, g, qc, fa[0], fa[2], d0, m0);
+                    T::frag(st + (16 * t + qr + 8) * S::PAD, g, qc, fa[1], fa[3], d1, m1);
+                    int ci[4];
+                    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                        "{%8, %9}, {%10, %10, %10, %10};"
+                        : "=r"(ci[0]), "=r"(ci[1]), "=r"(ci[2]), "=r"(ci[3])
+                        : "r"(fa[0]), "r"(fa[1]), "r"(fa[2]), "r"(fa[3]), "r"(b0), "r"(b1), "r"(0x4B400000));
+                    // Row r, column j: acc += d_r * (d_a,j * sum + OFF * s_j) (+ m_r * s_j).
                     float* a = acc[t];
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const float* ds = e < 2 ? ds0 : ds1;
-                        const float s0 = __int_as_float(ci[0][e]) - 12582912.0f;
-                        const float s1 = __int_as_float(ci[1][e]) - 12582912.0f;
-                        float in = fmaf(ds[1], s1, ds[0] * s0);
-                        if constexpr (T::MIN) {
-                            const float* ms = e < 2 ? ms0 : ms1;
-                            in = fmaf(-ms[1], as[1][e & 1], fmaf(-ms[0], as[0][e & 1], in));
-                        }
-                        a[e] = fmaf((e & 1) ? sc.z : sc.x, in, a[e]);
+                    a[0] = fmaf(d0, fmaf(sc.x, __int_as_float(ci[0]) - 12582912.0f, o0), a[0]);
+                    a[1] = fmaf(d0, fmaf(sc.z, __int_as_float(ci[1]) - 12582912.0f, o1), a[1]);
+                    a[2] = fmaf(d1, fmaf(sc.x, __int_as_float(ci[2]) - 12582912.0f, o0), a[2]);
+                    a[3] = fmaf(d1, fmaf(sc.z, __int_as_float(ci[3]) - 12582912.0f, o1), a[3]);
+                    if (T::MIN) {
+                        a[0] = fmaf(m0, sc.y, a[0]);
+                        a[1] = fmaf(m0, sc.w, a[1]);
+                        a[2] = fmaf(m1, sc.y, a[2]);
+                        a[3] = fmaf(m1, sc.w, a[3]);
                     }
                 }
             }
-        } else {
-#pragma unroll
-        for (int g = 0; g < TANDEM_MMV_GROUPS; ++g) {
-            const u32 b0 = *(const u32*)(arow + 32 * g), b1 = *(const u32*)(arow + 32 * g + 16);
-            // (d_a, d_a * sum) of columns 2 qc and 2 qc + 1.
-            const float4 sc = *(const float4*)(st + S::W + S::A + (g * TANDEM_MMV_COLS + 2 * qc) * 8);
-            const float o0 = T::OFF * sc.y, o1 = T::OFF * sc.w;
-#pragma unroll
-            for (int t = 0; t < 2; ++t) {
-                u32 fa[4];
-                float d0, d1, m0, m1;
-                T::frag(st + (16 * t + qr) * S::PAD, g, qc, fa[0], fa[2], d0, m0);
-                T::frag(st + (16 * t + qr + 8) * S::PAD, g, qc, fa[1], fa[3], d1, m1);
-                int ci[4];
-                asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                    "{%8, %9}, {%10, %10, %10, %10};"
-                    : "=r"(ci[0]), "=r"(ci[1]), "=r"(ci[2]), "=r"(ci[3])
-                    : "r"(fa[0]), "r"(fa[1]), "r"(fa[2]), "r"(fa[3]), "r"(b0), "r"(b1), "r"(0x4B400000));
-                // Row r, column j: acc += d_r * (d_a,j * sum + OFF * s_j) (+ m_r * s_j).
-                float* a = acc[t];
-                a[0] = fmaf(d0, fmaf(sc.x, __int_as_float(ci[0]) - 12582912.0f, o0), a[0]);
-                a[1] = fmaf(d0, fmaf(sc.z, __int_as_float(ci[1]) - 12582912.0f, o1), a[1]);
-                a[2] = fmaf(d1, fmaf(sc.x, __int_as_float(ci[2]) - 12582912.0f, o0), a[2]);
-                a[3] = fmaf(d1, fmaf(sc.z, __int_as_float(ci[3]) - 12582912.0f, o1), a[3]);
-                if (T::MIN) {
-                    a[0] = fmaf(m0, sc.y, a[0]);
-                    a[1] = fmaf(m0, sc.w, a[1]);
-                    a[2] = fmaf(m1, sc.y, a[2]);
-                    a[3] = fmaf(m1, sc.w, a[3]);
-                }
             }
-        }
-        }
 #else
-        // Built for a device without these instructions: never picked there; NaN if it were.
+            // Built for a device without these instructions: never picked there; NaN if it were.
 #pragma unroll
-        for (int t = 0; t < 2; ++t)
+            for (int t = 0; t < 2; ++t)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) acc[t][e] = __int_as_float(0x7fc00000);
+                for (int e = 0; e < 4; ++e) acc[t][e] = __int_as_float(0x7fc00000);
 #endif
-        buf = buf == S::STAGES - 1 ? 0 : buf + 1;
+            buf = buf == S::STAGES - 1 ? 0 : buf + 1;
+        }
+        // The tile's sums: warps 1.. put their partial sums in their parts, warp 0 adds them to
+        // its own and writes the outputs (the copies of the next tile's chunks stay in flight).
+        if (warp > 0) {
+#pragma unroll
+            for (int t = 0; t < 2; ++t)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int r = 16 * t + qr + (e >= 2 ? 8 : 0);
+                    part[((warp - 1) * TANDEM_MMV_ROWS + r) * TANDEM_MMV_COLS + 2 * qc + (e & 1)] = acc[t][e];
+                    acc[t][e] = 0.0f;
+                }
+        }
+        __syncthreads();
+        if (warp == 0) {
+#pragma unroll
+            for (int t = 0; t < 2; ++t)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int r = 16 * t + qr + (e >= 2 ? 8 : 0), j = 2 * qc + (e & 1);
+                    float v = acc[t][e];
+#pragma unroll
+                    for (int w = 1; w < TANDEM_MMV_WARPS; ++w) v += part[((w - 1) * TANDEM_MMV_ROWS + r) * TANDEM_MMV_COLS + j];
+                    acc[t][e] = 0.0f;
+                    if (row0 + r < m && j < ncols) *(float*)(out + j * nb1 + (row0 + r) * 4) = v;
+                }
+        }
+        __syncthreads();  // the parts are written again for the next tile
     }
     tandem_cp_wait<0>();
-    tandem_wave_sync();
-    // The warp's partial sums into its own ring ([row][column] floats), then the block's sum.
-    float* part = (float*)ring;
-#pragma unroll
-    for (int t = 0; t < 2; ++t)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            part[(16 * t + qr + (e >= 2 ? 8 : 0)) * TANDEM_MMV_COLS + 2 * qc + (e & 1)] = acc[t][e];
-        }
-    __syncthreads();
-    for (int i = threadIdx.x; i < TANDEM_MMV_ROWS * TANDEM_MMV_COLS; i += TANDEM_MMV_THREADS) {
-        const int r = i % TANDEM_MMV_ROWS, j = i / TANDEM_MMV_ROWS;
-        float v = 0.0f;
-#pragma unroll
-        for (int w = 0; w < TANDEM_MMV_WARPS; ++w) {
-            v += ((const float*)(tandem_mmv_smem + w * S::STAGES * S::BYTES))[r * TANDEM_MMV_COLS + j];
-        }
-        if (row0 + r < m && j < ncols) *(float*)(out + j * nb1 + (row0 + r) * 4) = v;
-    }
 }
 
-// MUL_MAT, 2..8 columns: block (row tile, batch); the q8_1 copy holds batch b's columns from b * n.
+// MUL_MAT, 3..8 columns: block (first row tile, batch), taking every gridDim.x-th row tile; the
+// q8_1 copy holds batch b's columns from b * n.
 template <typename T>
 TANDEM_DEVICE void tandem_mmv_quant(const char* w, const char* aq, const char* ads, char* dst,
                                     const tandem_mm_shape& s) {
@@ -1283,8 +1310,7 @@ TANDEM_DEVICE void tandem_mmv_quant(const char* w, const char* aq, const char* a
     const i64 i12 = b % s.ne12, i13 = b / s.ne12;
     const u8* wb = (const u8*)w + (i12 / s.r2) * s.nb02 + (i13 / s.r3) * s.nb03;
     char* out = dst + i12 * s.nb2 + i13 * s.nb3;
-    tandem_mmv_rows<T>(wb, s.nb01, s.m, s.k, (i64)blockIdx.x * TANDEM_MMV_ROWS, aq, ads, b * s.n, (int)s.n, out,
-                       s.nb1);
+    tandem_mmv_rows<T>(wb, s.nb01, s.m, s.k, aq, ads, b * s.n, (int)s.n, out, s.nb1);
 }
 
 // ---------------------------------------------------------------- f16 path

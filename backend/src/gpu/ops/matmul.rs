@@ -575,19 +575,42 @@ mod tests {
             "batch base off"
         );
         assert!(!mmv_fits(ElemType::BF16, at, &few) && !mmv_fits(ElemType::F16, at, &few));
-        // Block 128 per 32 rows and batch; q4_0: four warps x three stages of 32 rows x 144 bytes,
-        // eight 272-byte activation columns and 64 pairs.
-        let c = mmv_config(ElemType::Q4_0, &few);
+        // Block 128 taking every grid.x-th tile of 32 rows, two blocks per compute unit over all
+        // batches (448 tiles on 132 SMs: 264 blocks); q4_0: four warps x three stages of 32 rows x
+        // 144 bytes, eight 272-byte activation columns and 64 pairs, then 32 x 8 partial sums
+        // of three warps.
+        let parts = 3 * 32 * 8 * 4;
+        let c = mmv_config(ElemType::Q4_0, &few, 132);
         assert_eq!(
             (c.grid, c.block, c.shared_bytes),
-            ([448, 1, 1], [128, 1, 1], 4 * 3 * (32 * 144 + 8 * 272 + 512))
+            ([264, 1, 1], [128, 1, 1], 4 * 3 * (32 * 144 + 8 * 272 + 512) + parts)
+        );
+        assert_eq!(
+            mmv_config(ElemType::Q4_0, &few, 1000).grid,
+            [448, 1, 1],
+            "one tile each"
+        );
+        let batched = MulMatShape { ne12: 4, ..few };
+        assert_eq!(mmv_config(ElemType::Q4_0, &batched, 132).grid, [66, 4, 1]);
+        assert_eq!(
+            mmv_config(ElemType::Q4_0, &MulMatShape { m: 5, ..few }, 0).grid,
+            [1, 1, 1]
         );
         // q6_K: 210-byte chunks in windows of 14 units, rows of 15; two stages.
-        assert_eq!(mmv_shared_bytes(ElemType::Q6K), 4 * 2 * (32 * 240 + 8 * 272 + 512));
+        assert_eq!(
+            mmv_shared_bytes(ElemType::Q6K),
+            4 * 2 * (32 * 240 + 8 * 272 + 512) + parts
+        );
         // q3_K: 110-byte chunks in windows of 8 units, rows of 9; three stages.
-        assert_eq!(mmv_shared_bytes(ElemType::Q3K), 4 * 3 * (32 * 144 + 8 * 272 + 512));
+        assert_eq!(
+            mmv_shared_bytes(ElemType::Q3K),
+            4 * 3 * (32 * 144 + 8 * 272 + 512) + parts
+        );
         // q2_K: 84-byte chunks in windows of 7 units, rows of 7; three stages.
-        assert_eq!(mmv_shared_bytes(ElemType::Q2K), 4 * 3 * (32 * 112 + 8 * 272 + 512));
+        assert_eq!(
+            mmv_shared_bytes(ElemType::Q2K),
+            4 * 3 * (32 * 112 + 8 * 272 + 512) + parts
+        );
         for ty in TYPES {
             assert_eq!(mmv_entry(ty).is_some(), ty.is_quantized(), "{ty}");
             if let Some(entry) = mmv_entry(ty) {

@@ -26,8 +26,9 @@
 //!   int8 warpgroup mma on the q8_1 copy of src1; block 512 (four warpgroups), 128 x 128 tiles,
 //!   grid (ceil(n / 128), ceil(m / 128), batches), dynamic shared memory [`wgmmq_shared_bytes`].
 //! - `tandem_mmv_<type>` (NVIDIA sm_80+, [`mmv_entry`], 3..=8 columns, [`mmv_fits`]): int8 mma on
-//!   the q8_1 copy of src1 for batched decode; block 128 (four warps splitting k) per 32 weight
-//!   rows, grid (ceil(m / 32), batches), dynamic shared memory [`mmv_shared_bytes`].
+//!   the q8_1 copy of src1 for batched decode; block 128 (four warps splitting k) per tile of 32
+//!   weight rows, each block taking every grid.x-th tile ([`mmv_config`]: at most two blocks per
+//!   compute unit), dynamic shared memory [`mmv_shared_bytes`].
 
 use crate::gpu::api::{DevicePtr, LaunchConfig};
 use crate::gpu::kernels::KernelError;
@@ -557,20 +558,28 @@ fn mmv_stage(ty: ElemType) -> (i64, i64) {
     (bytes, if pad > 208 { 2 } else { 3 })
 }
 
-/// Dynamic shared memory of a tensor-core GEMV block: every warp's ring of stages.
+/// Dynamic shared memory of a tensor-core GEMV block: every warp's ring of stages, then the
+/// partial sums of a tile of all warps but the first ([`MMV_ROWS`] x [`MMV_COLUMNS`] floats
+/// each), which the first adds to its own.
 pub fn mmv_shared_bytes(ty: ElemType) -> u32 {
     let (bytes, stages) = mmv_stage(ty);
-    (i64::from(MMV_THREADS / 32) * stages * bytes) as u32
+    let warps = i64::from(MMV_THREADS / 32);
+    (warps * stages * bytes + (warps - 1) * MMV_ROWS * MMV_COLUMNS * 4) as u32
 }
 
-/// One block of [`MMV_THREADS`] per [`MMV_ROWS`] weight rows and batch.
-pub fn mmv_config(ty: ElemType, s: &MulMatShape) -> LaunchConfig {
+/// Blocks of the tensor-core GEMV per compute unit the grid is sized for: two fit an SM's shared
+/// memory on sm_80 and sm_90 (`mmv_shared_bytes` up to about 100 KiB).
+pub const MMV_BLOCKS_PER_CU: i64 = 2;
+
+/// Blocks of [`MMV_THREADS`] per batch, each taking every `grid.x`-th tile of [`MMV_ROWS`] weight
+/// rows: as many as the tiles, but no more than [`MMV_BLOCKS_PER_CU`] per compute unit over all
+/// batches, so that the blocks stay resident and their copies run on from tile to tile.
+pub fn mmv_config(ty: ElemType, s: &MulMatShape, compute_units: u32) -> LaunchConfig {
+    let tiles = (s.m.max(1) + MMV_ROWS - 1) / MMV_ROWS;
+    let batches = s.batches().clamp(1, MAX_GRID_YZ);
+    let resident = (MMV_BLOCKS_PER_CU * i64::from(compute_units.max(1)) + batches - 1) / batches;
     LaunchConfig {
-        grid: [
-            ((s.m.max(1) + MMV_ROWS - 1) / MMV_ROWS).min(MAX_GRID_X) as u32,
-            s.batches().clamp(1, MAX_GRID_YZ) as u32,
-            1,
-        ],
+        grid: [tiles.min(resident).min(MAX_GRID_X) as u32, batches as u32, 1],
         block: [MMV_THREADS, 1, 1],
         shared_bytes: mmv_shared_bytes(ty),
     }
@@ -865,7 +874,11 @@ pub unsafe fn launch_gemv(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
             // SAFETY: (w, aq, ads, dst, tandem_mm_shape); rows past m, columns past n and groups
             // past k copy nothing; rows and batch bases are 16-byte aligned (`mmv_fits`), so the
             // 16-byte copies stay inside each row; the q8_1 copy holds every column of every batch.
-            return unsafe { ctx.stream.launch(&f, mmv_config(w.ty, &s), &mut args) }.map_err(KernelError::Gpu);
+            return unsafe {
+                ctx.stream
+                    .launch(&f, mmv_config(w.ty, &s, ctx.info.compute_units), &mut args)
+            }
+            .map_err(KernelError::Gpu);
         }
     }
     let names = entries(w.ty).ok_or_else(|| launch_error("gemv", "no kernel for this weight type"))?;
