@@ -42,12 +42,6 @@ TANDEM_DEVICE void tandem_mm_scale_min_k4(const u8* q, int j, int& sc, int& mn) 
     }
 }
 
-TANDEM_DEVICE int tandem_mm_scale_q3k(const u8* s, int i) {
-    const int lo = i < 8 ? (s[i] & 15) : (s[i - 8] >> 4);
-    const int hi = (s[8 + (i & 3)] >> (2 * (i >> 2))) & 3;
-    return lo | (hi << 4);
-}
-
 __constant__ i8 tandem_mm_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                               1,    13,   25,  38,  53,  69,  89,  113};
 
@@ -113,7 +107,7 @@ struct tandem_mm_q3_K {
         const int g = j >> 5, l = j & 31;
         const int q = (b[32 + 32 * (g >> 2) + l] >> (2 * (g & 3))) & 3;
         const int v = q - (((b[l] >> g) & 1) ? 0 : 4);
-        const int sc = tandem_mm_scale_q3k(b + 96, 2 * g + (l >> 4)) - 32;
+        const int sc = tandem_q3_K_scale(b + 96, 2 * g + (l >> 4));
         return tandem_mm_half(b + 108) * (float)(sc * v);
     }
 };

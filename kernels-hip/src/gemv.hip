@@ -165,13 +165,6 @@ TANDEM_DEVICE void tandem_dscale_min_k4(const u8* b, int j, float& d, float& dmi
     dmin = tandem_f16_to_f32((u16)(w0 >> 16));
 }
 
-// 6-bit scale i (0..15) of q3_K, still biased by 32.
-TANDEM_DEVICE int tandem_scale_q3k(const u8* s, int i) {
-    const int lo = i < 8 ? (s[i] & 15) : (s[i - 8] >> 4);
-    const int hi = (s[8 + (i & 3)] >> (2 * (i >> 2))) & 3;
-    return lo | (hi << 4);
-}
-
 __constant__ i8 tandem_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                            1,    13,   25,  38,  53,  69,  89,  113};
 
@@ -314,7 +307,7 @@ struct tandem_mv_q3_K {
                 s = tandem_dp4a((int)(v | (hm << 2)), a[4 * h + i], s);
                 t = tandem_bsum4(a[4 * h + i], t);
             }
-            acc += (tandem_scale_q3k(b + 96, 2 * g + h) - 32) * (s - 4 * t);
+            acc += tandem_q3_K_scale(b + 96, 2 * g + h) * (s - 4 * t);
         }
         return tandem_ld_half(b + 108) * da * (float)acc;
     }
