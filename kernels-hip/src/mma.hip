@@ -10,14 +10,11 @@
 // the integer sum from one m16n8k32 mma, the rest in f32: the CPU's block dot products up to
 // the f32 summation order.
 //
-// Launch layouts. Weights in single 32-value blocks (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl): block
-// = 128 threads, one 64 x 64 (rows x columns) output tile per block, k steps of 128 values
-// copied to shared memory with cp.async one step ahead of the mma work; see "integer path,
-// 32-value blocks" below. q4_K and q5_K: block = 256 threads (eight warps), one 128 x 64 tile;
-// per step of 128 along k each thread unpacks two (row, group) pairs of weights and copies one
-// (column, group) pair of activations into shared memory (rows padded to 144 bytes), then each
-// warp computes a 32 x 32 part of the tile with 2 x 4 mma tiles per group. Grids: x over
-// columns (n), y over weight rows (m), z over batches (experts for MUL_MAT_ID).
+// Launch layout of the integer path (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, q4_K, q5_K): block =
+// 128 threads, one 64 x 64 (rows x columns) output tile per block, k steps (four 32-value
+// blocks, or one q4_K / q5_K superblock) copied raw to shared memory with cp.async one step
+// ahead of the mma work; see "integer path, 32-value blocks" below. Grids: x over columns (n),
+// y over weight rows (m), z over batches (experts for MUL_MAT_ID).
 //
 // f16 path: 128 x 64 tiles, k steps of 32 with three in flight (cp.async); weights are copied
 // as they are, activations come from an f16 copy of src1 (tandem_mma_f16_copy: rounded to f16,
@@ -30,12 +27,10 @@
 #include "tandem_hip.h"
 #include "tandem_quant.h"
 
+// The f16 tiles (`tandem_mma_f16`): threads and output tile.
 #define TANDEM_MMA_THREADS 256
 #define TANDEM_MMA_BM 128
 #define TANDEM_MMA_BN 64
-// 32-value groups per k step (integer path) and the padded shared row in bytes.
-#define TANDEM_MMA_KG 4
-#define TANDEM_MMA_ROW (TANDEM_MMA_KG * 32 + 16)
 
 // Mirrors `MulMatShape` in backend/src/gpu/ops/matmul_launch.rs; same as in gemv.hip.
 struct tandem_mm_shape {
@@ -53,8 +48,6 @@ struct tandem_mm_shape {
 #endif
 
 // ---------------------------------------------------------------- weight groups
-// unpack(b, g, q, d, m): group g (of QK / 32) of the block at b (2-byte aligned) as 32 int8
-// values in q[0..8) (value i in byte i % 4 of word i / 4) with scale d and offset m.
 
 TANDEM_DEVICE u32 tandem_mma_ld32(const u8* p) {
     const u16* q = (const u16*)p;
@@ -93,48 +86,7 @@ TANDEM_DEVICE void tandem_mma_scale_min_k4(const u8* s, int j, int& sc, int& mn)
     }
 }
 
-// q4_K: d, dmin, scales[12], qs[128]; group g takes nibble g & 1 of qs[32 * (g / 2) ..]; its
-// weights are d * sc * q - dmin * mn.
-struct tandem_mmw_q4_K {
-    static constexpr int QK = 256, BYTES = 144;
-    static constexpr bool MIN = true;
-    static __device__ __forceinline__ void unpack(const u8* b, int g, u32* q, float& d, float& m) {
-        const u8* qs = b + 16 + 32 * (g >> 1);
-        const int shift = 4 * (g & 1);
-        for (int j = 0; j < 8; ++j) q[j] = (tandem_mma_ld32(qs + 4 * j) >> shift) & 0x0F0F0F0Fu;
-        int sc, mn;
-        tandem_mma_scale_min_k4(b + 4, g, sc, mn);
-        d = tandem_mma_half(b) * (float)sc;
-        m = -tandem_mma_half(b + 2) * (float)mn;
-    }
-};
-
-// q5_K: q4_K plus qh[32] at 16 whose bit g is the group's fifth bit; qs at 48.
-struct tandem_mmw_q5_K {
-    static constexpr int QK = 256, BYTES = 176;
-    static constexpr bool MIN = true;
-    static __device__ __forceinline__ void unpack(const u8* b, int g, u32* q, float& d, float& m) {
-        const u8* qs = b + 48 + 32 * (g >> 1);
-        const int shift = 4 * (g & 1);
-        for (int j = 0; j < 8; ++j) {
-            const u32 lo = (tandem_mma_ld32(qs + 4 * j) >> shift) & 0x0F0F0F0Fu;
-            const u32 hi = (tandem_mma_ld32(b + 16 + 4 * j) >> g) & 0x01010101u;
-            q[j] = lo | (hi << 4);
-        }
-        int sc, mn;
-        tandem_mma_scale_min_k4(b + 4, g, sc, mn);
-        d = tandem_mma_half(b) * (float)sc;
-        m = -tandem_mma_half(b + 2) * (float)mn;
-    }
-};
-
 // ---------------------------------------------------------------- helpers
-
-// int32 to f32 for |v| < 2^22 with two full-rate instructions (an mma group sum is at most
-// 32 * 128 * 128 = 2^19 in magnitude).
-TANDEM_DEVICE float tandem_mma_i2f(int v) {
-    return __int_as_float(v + 0x4B400000) - 12582912.0f;
-}
 
 // Writes the block's accumulators acc[mt][nt][e] (rows r0 + 16 mt + lane / 4 (+ 8 for e >= 2),
 // tile columns c0 + 8 nt + 2 (lane % 4) (+ 1 for odd e)) for rows below m and the columns the
@@ -174,162 +126,6 @@ TANDEM_DEVICE tandem_mma_dense_cols tandem_mma_dense(char* dst, i64 b, const tan
     cols.nb1 = s.nb1;
     cols.dst = dst + (b % s.ne12) * s.nb2 + (b / s.ne12) * s.nb3;
     return cols;
-}
-
-// ---------------------------------------------------------------- integer path, superblocks
-// q4_K and q5_K (unpack() above): 128 x 64 tiles, 256 threads, one k step of 128 at a time.
-
-// Shared memory of one integer tile.
-struct tandem_mma_qsmem {
-    u8 a[TANDEM_MMA_BM * TANDEM_MMA_ROW];
-    u8 b[TANDEM_MMA_BN * TANDEM_MMA_ROW];
-    float da[TANDEM_MMA_BM][TANDEM_MMA_KG], ma[TANDEM_MMA_BM][TANDEM_MMA_KG];
-    float db[TANDEM_MMA_BN][TANDEM_MMA_KG], sb[TANDEM_MMA_BN][TANDEM_MMA_KG];
-};
-
-// One 128 x 64 output tile: weight rows row0 .. row0 + 128 (row r at wb + r * nb01, m rows, k
-// values each) against the 64 q8_1 columns the map gives.
-template <typename T, typename C>
-TANDEM_DEVICE void tandem_mma_quant_tile(tandem_mma_qsmem& sm, const u8* wb, i64 nb01, i64 m, i64 k, i64 row0,
-                                         const char* aq, const char* ads, const C& cols) {
-    u8* sa = sm.a;
-    u8* sb = sm.b;
-    auto& sda = sm.da;
-    auto& sma = sm.ma;
-    auto& sdb = sm.db;
-    auto& ssb = sm.sb;
-    const i64 groups = k / 32;
-    constexpr int GPB = T::QK / 32;
-    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    const int wm = warp / 2, wn = warp % 2;  // this warp's 32 x 32 part of the tile
-    float acc[2][4][4];
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
-
-    for (i64 g0 = 0; g0 < groups; g0 += TANDEM_MMA_KG) {
-        // Weights: (row, group) pairs p = tid, tid + 256 of the 128 x 4 tile.
-#pragma unroll
-        for (int h = 0; h < TANDEM_MMA_BM * TANDEM_MMA_KG / TANDEM_MMA_THREADS; ++h) {
-            const int p = tid + h * TANDEM_MMA_THREADS;
-            const int r = p / TANDEM_MMA_KG, gi = p % TANDEM_MMA_KG;
-            const i64 row = row0 + r, g = g0 + gi;
-            u32 q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-            float d = 0.0f, mm = 0.0f;
-            if (row < m && g < groups) {
-                T::unpack(wb + row * nb01 + (g / GPB) * T::BYTES, (int)(g % GPB), q, d, mm);
-            }
-            uint4* dq = (uint4*)(sa + r * TANDEM_MMA_ROW + gi * 32);
-            dq[0] = make_uint4(q[0], q[1], q[2], q[3]);
-            dq[1] = make_uint4(q[4], q[5], q[6], q[7]);
-            sda[r][gi] = d;
-            sma[r][gi] = mm;
-        }
-        // Activations: (column, group) pairs of the 64 x 4 tile.
-#pragma unroll
-        for (int h = 0; h < TANDEM_MMA_BN * TANDEM_MMA_KG / TANDEM_MMA_THREADS; ++h) {
-            const int p = tid + h * TANDEM_MMA_THREADS;
-            const int c = p / TANDEM_MMA_KG, gi = p % TANDEM_MMA_KG;
-            const i64 col = cols.act(c), g = g0 + gi;
-            uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
-            float2 ds = make_float2(0.0f, 0.0f);
-            if (col >= 0 && g < groups) {
-                const uint4* src = (const uint4*)(aq + col * k + g * 32);
-                lo = src[0];
-                hi = src[1];
-                ds = ((const float2*)ads)[col * groups + g];
-            }
-            uint4* dq = (uint4*)(sb + c * TANDEM_MMA_ROW + gi * 32);
-            dq[0] = lo;
-            dq[1] = hi;
-            sdb[c][gi] = ds.x;
-            ssb[c][gi] = ds.y;
-        }
-        __syncthreads();
-#if defined(TANDEM_MMA_ENABLED)
-        const int qr = lane / 4, qc = lane % 4;
-#pragma unroll
-        for (int gi = 0; gi < TANDEM_MMA_KG; ++gi) {
-            u32 fa[2][4];
-            float da[2][2], ma[2][2];
-#pragma unroll
-            for (int mt = 0; mt < 2; ++mt) {
-                const int r = wm * 32 + mt * 16 + qr;
-                const u8* p = sa + r * TANDEM_MMA_ROW + gi * 32 + 4 * qc;
-                fa[mt][0] = *(const u32*)p;
-                fa[mt][1] = *(const u32*)(p + 8 * TANDEM_MMA_ROW);
-                fa[mt][2] = *(const u32*)(p + 16);
-                fa[mt][3] = *(const u32*)(p + 8 * TANDEM_MMA_ROW + 16);
-                da[mt][0] = sda[r][gi];
-                da[mt][1] = sda[r + 8][gi];
-                if (T::MIN) {
-                    ma[mt][0] = sma[r][gi];
-                    ma[mt][1] = sma[r + 8][gi];
-                }
-            }
-#pragma unroll
-            for (int nt = 0; nt < 4; ++nt) {
-                const int cb = wn * 32 + nt * 8;
-                const u8* p = sb + (cb + qr) * TANDEM_MMA_ROW + gi * 32 + 4 * qc;
-                const u32 fb0 = *(const u32*)p, fb1 = *(const u32*)(p + 16);
-                const int c = cb + 2 * qc;
-                const float db0 = sdb[c][gi], db1 = sdb[c + 1][gi];
-                float sb0 = 0.0f, sb1 = 0.0f;
-                if (T::MIN) {
-                    sb0 = ssb[c][gi];
-                    sb1 = ssb[c + 1][gi];
-                }
-#pragma unroll
-                for (int mt = 0; mt < 2; ++mt) {
-                    int ci[4];
-                    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                        "{%8, %9}, {%10, %11, %12, %13};"
-                        : "=r"(ci[0]), "=r"(ci[1]), "=r"(ci[2]), "=r"(ci[3])
-                        : "r"(fa[mt][0]), "r"(fa[mt][1]), "r"(fa[mt][2]), "r"(fa[mt][3]), "r"(fb0), "r"(fb1),
-                          "r"(0), "r"(0), "r"(0), "r"(0));
-                    float* a = acc[mt][nt];
-                    a[0] += da[mt][0] * db0 * tandem_mma_i2f(ci[0]);
-                    a[1] += da[mt][0] * db1 * tandem_mma_i2f(ci[1]);
-                    a[2] += da[mt][1] * db0 * tandem_mma_i2f(ci[2]);
-                    a[3] += da[mt][1] * db1 * tandem_mma_i2f(ci[3]);
-                    if (T::MIN) {
-                        a[0] += ma[mt][0] * sb0;
-                        a[1] += ma[mt][0] * sb1;
-                        a[2] += ma[mt][1] * sb0;
-                        a[3] += ma[mt][1] * sb1;
-                    }
-                }
-            }
-        }
-#else
-        // Built for a device without these instructions: the launcher never picks this
-        // kernel there; if it ever did, the output says so (NaN) instead of looking valid.
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[mt][nt][e] = __int_as_float(0x7fc00000);
-#endif
-        __syncthreads();
-    }
-    tandem_mma_store(acc, cols, m, row0 + wm * 32, wn * 32);
-}
-
-// MUL_MAT: block (column tile, row tile, batch).
-template <typename T>
-TANDEM_DEVICE void tandem_mma_quant(const char* w, const char* aq, const char* ads, char* dst,
-                                    const tandem_mm_shape& s) {
-    __shared__ __align__(16) tandem_mma_qsmem sm;
-    const i64 b = blockIdx.z;
-    if (b >= s.ne12 * s.ne13) return;
-    const i64 i12 = b % s.ne12, i13 = b / s.ne12;
-    const u8* wb = (const u8*)w + (i12 / s.r2) * s.nb02 + (i13 / s.r3) * s.nb03;
-    const tandem_mma_dense_cols cols = tandem_mma_dense(dst, b, s, (i64)blockIdx.x * TANDEM_MMA_BN);
-    tandem_mma_quant_tile<T>(sm, wb, s.nb01, s.m, s.k, (i64)blockIdx.y * TANDEM_MMA_BM, aq, ads, cols);
 }
 
 // ---------------------------------------------------------------- MUL_MAT_ID, grouped by expert
@@ -388,30 +184,6 @@ struct tandem_mma_routed_cols {
         return dst + (q % n_used) * nb1 + (q / n_used) * nb2;
     }
 };
-
-// MUL_MAT_ID with tokens grouped by expert: block (column tile, row tile, expert); a block
-// strides over its expert's column tiles by gridDim.x.
-template <typename T>
-TANDEM_DEVICE void tandem_mmid_mma(const char* w, const char* aq, const char* ads, const i32* counts,
-                                   const i32* lists, char* dst, const tandem_mmid_shape& s) {
-    __shared__ __align__(16) tandem_mma_qsmem sm;
-    const i64 e = blockIdx.z;
-    if (e >= s.n_expert) return;
-    const int count = counts[e];
-    const u8* wb = (const u8*)w + e * s.nb02;
-    for (int j0 = blockIdx.x * TANDEM_MMA_BN; j0 < count; j0 += gridDim.x * TANDEM_MMA_BN) {
-        tandem_mma_routed_cols cols;
-        cols.list = lists + e * s.n_used * s.n_tokens + j0;
-        cols.count = count - j0;
-        cols.n_used = s.n_used;
-        cols.n_b = s.n_b;
-        cols.nb1 = s.nb1;
-        cols.nb2 = s.nb2;
-        cols.dst = dst;
-        tandem_mma_quant_tile<T>(sm, wb, s.nb01, s.m, s.k, (i64)blockIdx.y * TANDEM_MMA_BM, aq, ads, cols);
-        __syncthreads();  // the tile's shared memory is reused by the next column tile
-    }
-}
 
 // ---------------------------------------------------------------- pipelined copies
 // Global-to-shared copies that do not wait (cp.async, sm_80+), so a tile's next k step is in
@@ -483,34 +255,56 @@ TANDEM_DEVICE void tandem_ldsm4(u32 (&r)[4], const u8* p) {
 }
 
 // ---------------------------------------------------------------- integer path, 32-value blocks
-// Weights whose blocks are single 32-value groups (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl). Block
-// = 128 threads (four warps), output tile 64 x 64; per k step of 128 values the raw weight blocks
-// of the 64 rows (row r at r * PAD, zero past m and k), the 64 columns' int8 activations (rows of
-// 144 bytes) and their (d, d * sum) pairs go to shared memory with cp.async, two steps in flight.
-// Warp w takes rows 16 w .. 16 w + 16 against all 64 columns: per group it unpacks its A
-// fragments straight from the raw blocks (frag(): values 4 c .. 4 c + 3 and 16 + 4 c .. of the
-// group, c = lane % 4), loads B fragments with ldmatrix, and does eight m16n8k32 mma. The mma
-// starts from 0x4B400000 so its int32 sum, read as f32, is 12582912 + sum exactly.
+// Weights whose blocks are single 32-value groups (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl), and
+// q4_K and q5_K a superblock at a time. Block = 128 threads (four warps), output tile 64 x 64;
+// per k step (128 values: four blocks; 256: one superblock) the raw weights of the 64 rows (row
+// r at r * PAD, zero past m and k), the 64 columns' int8 activations (rows of the step's values
+// plus 16 bytes) and their (d, d * sum) pairs go to shared memory with cp.async, two steps in
+// flight (dynamic shared memory, 37-66 KiB). Warp w takes rows 16 w .. 16 w + 16 against all 64
+// columns: per group it unpacks its A fragments straight from the raw weights (frag(): values
+// 4 c .. 4 c + 3 and 16 + 4 c .. of the group, c = lane % 4), loads B fragments with ldmatrix,
+// and does eight m16n8k32 mma. The mma starts from 0x4B400000 so its int32 sum, read as f32, is
+// 12582912 + sum exactly.
 
 #define TANDEM_MMQ_THREADS 128
 #define TANDEM_MMQ_BM 64
 #define TANDEM_MMQ_BN 64
-#define TANDEM_MMQ_KG 4
-#define TANDEM_MMQ_BROW (TANDEM_MMQ_KG * 32 + 16)
 
-// Shared rows of one k step's raw weight blocks: KG blocks, padded to an odd number of 16-byte
-// units so the eight rows a fragment load touches start in distinct bank quads.
+// The weights of a k step as the tiles read them (T): KG 32-value groups per step, STEP raw
+// bytes of a row per step, and frag(r, g, c, lo, hi, d, m) giving values 4c .. 4c + 3 (lo) and
+// 16 + 4c .. (hi) of group g of the step's row at r as signed bytes, with the group's scale d
+// and offset m. The 32-value block types take four blocks per step ...
+template <typename F>
+struct tandem_mmq_blocks {
+    static constexpr int KG = 4, STEP = 4 * F::BYTES;
+    static constexpr bool MIN = F::MIN;
+    static __device__ __forceinline__ void frag(const u8* r, int g, int c, u32& lo, u32& hi, float& d, float& m) {
+        F::frag(r + g * F::BYTES, c, lo, hi, d, m);
+    }
+};
+// ... q4_K and q5_K one superblock (W: its tandem_mmvw_* reader, below).
+template <typename W>
+struct tandem_mmq_super {
+    static constexpr int KG = 8, STEP = W::CHUNK;
+    static constexpr bool MIN = W::MIN;
+    static __device__ __forceinline__ void frag(const u8* r, int g, int c, u32& lo, u32& hi, float& d, float& m) {
+        W::frag(r, g, c, lo, hi, d, m);
+    }
+};
+
+// Shared rows of one k step: the raw weights padded to an odd number of 16-byte units (so the
+// eight rows a fragment load touches start in distinct bank quads), the activations (ROW bytes).
 template <typename T>
 struct tandem_mmq_raw {
-    static constexpr int BYTES = TANDEM_MMQ_KG * T::BYTES;
-    static constexpr int PAD = (((BYTES + 15) / 16) | 1) * 16;
+    static constexpr int PAD = (((T::STEP + 15) / 16) | 1) * 16;
+    static constexpr int ROW = T::KG * 32 + 16;
 };
 
 template <typename T>
 struct tandem_mmq_smem {
     u8 w[2][TANDEM_MMQ_BM * tandem_mmq_raw<T>::PAD];
-    u8 a[2][TANDEM_MMQ_BN * TANDEM_MMQ_BROW];
-    float2 ds[2][TANDEM_MMQ_KG][TANDEM_MMQ_BN];
+    u8 a[2][TANDEM_MMQ_BN * tandem_mmq_raw<T>::ROW];
+    float2 ds[2][T::KG][TANDEM_MMQ_BN];
 };
 
 TANDEM_DEVICE u32 tandem_mma_lo4(u32 v) { return v & 0x0F0F0F0Fu; }
@@ -587,12 +381,12 @@ struct tandem_mmf_iq4_nl {
 };
 
 // A thread's share of a tile's copies: thread t copies half (t % 2) of weight row t / 2's raw
-// blocks (8-byte units), of activation column t / 2's int8 values (four 16-byte units) and of
-// its scale pairs (two). The pointers are at the current k step and advance by one step at a
+// step (8-byte units), of activation column t / 2's int8 values (KG 16-byte units) and of its
+// scale pairs (KG / 2). The pointers are at the current k step and advance by one step at a
 // time; rows past m and columns the map lacks copy nothing (zero-filled), from valid addresses.
 template <typename T>
 struct tandem_mmq_plan {
-    static constexpr int UNITS = tandem_mmq_raw<T>::BYTES / 8;  // per weight row
+    static constexpr int UNITS = T::STEP / 8;  // per weight row
     static constexpr int UH = (UNITS + 1) / 2;                    // per thread
     static constexpr int UN = UNITS - (UNITS + 1) / 2;            // for the second thread of a row
     const u8* w;
@@ -616,11 +410,11 @@ TANDEM_DEVICE tandem_mmq_plan<T> tandem_mmq_make_plan(const u8* wb, i64 nb01, i6
     p.w = row < m ? wb + row * nb01 + 8 * wu0 : wb;
     const i64 col = cols.act(r);
     p.an = col >= 0 ? 16 : 0;
-    p.a = col >= 0 ? aq + col * k + 64 * half : aq;
-    p.d = col >= 0 ? ads + (col * (k / 32) + 2 * half) * 8 : ads;
+    p.a = col >= 0 ? aq + col * k + 16 * T::KG * half : aq;
+    p.d = col >= 0 ? ads + (col * (k / 32) + T::KG / 2 * half) * 8 : ads;
     p.wdst = (u32)(r * RP + 8 * wu0);
-    p.adst = (u32)(r * TANDEM_MMQ_BROW + 64 * half);
-    p.ddst = (u32)((2 * half * TANDEM_MMQ_BN + r) * 8);
+    p.adst = (u32)(r * tandem_mmq_raw<T>::ROW + 16 * T::KG * half);
+    p.ddst = (u32)((T::KG / 2 * half * TANDEM_MMQ_BN + r) * 8);
     return p;
 }
 
@@ -632,19 +426,19 @@ TANDEM_DEVICE void tandem_mmq_stage(tandem_mmq_smem<T>& sm, int buf, tandem_mmq_
     u8* wdst = sm.w[buf] + p.wdst;
     u8* adst = sm.a[buf] + p.adst;
     u8* ddst = (u8*)&sm.ds[buf][0][0] + p.ddst;
-    if (ng == TANDEM_MMQ_KG && al) {
+    if (ng == T::KG && al) {
 #pragma unroll
         for (int j = 0; j < tandem_mmq_plan<T>::UH; ++j) {
             if (j < p.units) tandem_cp8(wdst + 8 * j, p.w + 8 * j, p.wn);
         }
 #pragma unroll
-        for (int j = 0; j < 4; ++j) tandem_cp16(adst + 16 * j, p.a + 16 * j, p.an);
+        for (int j = 0; j < T::KG; ++j) tandem_cp16(adst + 16 * j, p.a + 16 * j, p.an);
 #pragma unroll
-        for (int j = 0; j < 2; ++j) tandem_cp8(ddst + j * TANDEM_MMQ_BN * 8, p.d + 8 * j, p.an / 2);
+        for (int j = 0; j < T::KG / 2; ++j) tandem_cp8(ddst + j * TANDEM_MMQ_BN * 8, p.d + 8 * j, p.an / 2);
     } else {
         // The last, partial step, or unaligned weight rows: bytes past the step's groups are zero.
         const int half = threadIdx.x % 2;
-        const int valid = ng * T::BYTES - 8 * (half * tandem_mmq_plan<T>::UH);
+        const int valid = ng * T::STEP / T::KG - 8 * (half * tandem_mmq_plan<T>::UH);
         for (int j = 0; j < p.units; ++j) {
             int n = p.wn != 0 ? valid - 8 * j : 0;
             n = n < 0 ? 0 : (n > 8 ? 8 : n);
@@ -656,19 +450,19 @@ TANDEM_DEVICE void tandem_mmq_stage(tandem_mmq_smem<T>& sm, int buf, tandem_mmq_
             }
         }
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const bool in = 2 * half + j / 2 < ng;
+        for (int j = 0; j < T::KG; ++j) {
+            const bool in = T::KG / 2 * half + j / 2 < ng;
             tandem_cp16(adst + 16 * j, in ? p.a + 16 * j : p.a, in ? p.an : 0);
         }
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-            const bool in = 2 * half + j < ng;
+        for (int j = 0; j < T::KG / 2; ++j) {
+            const bool in = T::KG / 2 * half + j < ng;
             tandem_cp8(ddst + j * TANDEM_MMQ_BN * 8, in ? p.d + 8 * j : p.d, in ? p.an / 2 : 0);
         }
     }
-    p.w += p.wn != 0 ? TANDEM_MMQ_KG * T::BYTES : 0;
-    p.a += p.an != 0 ? TANDEM_MMQ_KG * 32 : 0;
-    p.d += p.an != 0 ? TANDEM_MMQ_KG * 8 : 0;
+    p.w += p.wn != 0 ? T::STEP : 0;
+    p.a += p.an != 0 ? T::KG * 32 : 0;
+    p.d += p.an != 0 ? T::KG * 8 : 0;
 }
 
 // One 64 x 64 output tile: weight rows row0 .. row0 + 64 (row r at wb + r * nb01, m rows, k
@@ -680,7 +474,8 @@ TANDEM_DEVICE void tandem_mmq_tile(tandem_mmq_smem<T>& sm, const u8* wb, i64 nb0
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int qr = lane / 4, qc = lane % 4;
     const bool al = (((u64)wb | (u64)nb01) & 7u) == 0;
-    const i64 steps = (k / 32 + TANDEM_MMQ_KG - 1) / TANDEM_MMQ_KG;
+    constexpr int AR = tandem_mmq_raw<T>::ROW;
+    const i64 steps = (k / 32 + T::KG - 1) / T::KG;
     float acc[8][4];
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
@@ -689,29 +484,29 @@ TANDEM_DEVICE void tandem_mmq_tile(tandem_mmq_smem<T>& sm, const u8* wb, i64 nb0
 
     const i64 groups = k / 32;
     tandem_mmq_plan<T> plan = tandem_mmq_make_plan<T>(wb, nb01, m, k, row0, aq, ads, cols);
-    auto ng = [&](i64 g0) { return (int)(groups - g0 < TANDEM_MMQ_KG ? groups - g0 : TANDEM_MMQ_KG); };
+    auto ng = [&](i64 g0) { return (int)(groups - g0 < T::KG ? groups - g0 : T::KG); };
     tandem_mmq_stage<T>(sm, 0, plan, ng(0), al);
     tandem_cp_commit();
     for (i64 st = 0; st < steps; ++st) {
         const int buf = (int)(st & 1);
-        if (st + 1 < steps) tandem_mmq_stage<T>(sm, buf ^ 1, plan, ng((st + 1) * TANDEM_MMQ_KG), al);
+        if (st + 1 < steps) tandem_mmq_stage<T>(sm, buf ^ 1, plan, ng((st + 1) * T::KG), al);
         tandem_cp_commit();
         tandem_cp_wait<1>();
         __syncthreads();
 #if defined(TANDEM_MMA_ENABLED)
         const u8* wrow = sm.w[buf] + (16 * warp + qr) * RP;
         // ldmatrix rows of this lane: column 16 np + (lane % 8) + 8 (lane / 16), byte 16 (lane / 8 % 2).
-        const u8* arow = sm.a[buf] + ((lane % 8) + 8 * (lane / 16)) * TANDEM_MMQ_BROW + 16 * ((lane / 8) % 2);
+        const u8* arow = sm.a[buf] + ((lane % 8) + 8 * (lane / 16)) * AR + 16 * ((lane / 8) % 2);
 #pragma unroll
-        for (int gi = 0; gi < TANDEM_MMQ_KG; ++gi) {
+        for (int gi = 0; gi < T::KG; ++gi) {
             u32 fa[4];
             float d0, d1, m0, m1;
-            T::frag(wrow + gi * T::BYTES, qc, fa[0], fa[2], d0, m0);
-            T::frag(wrow + 8 * RP + gi * T::BYTES, qc, fa[1], fa[3], d1, m1);
+            T::frag(wrow, gi, qc, fa[0], fa[2], d0, m0);
+            T::frag(wrow + 8 * RP, gi, qc, fa[1], fa[3], d1, m1);
 #pragma unroll
             for (int np = 0; np < 4; ++np) {
                 u32 fb[4];
-                tandem_ldsm4(fb, arow + 16 * np * TANDEM_MMQ_BROW + 32 * gi);
+                tandem_ldsm4(fb, arow + 16 * np * AR + 32 * gi);
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const int nt = 2 * np + h;
@@ -757,11 +552,19 @@ TANDEM_DEVICE void tandem_mmq_tile(tandem_mmq_smem<T>& sm, const u8* wb, i64 nb0
     }
 }
 
-// MUL_MAT, 32-value blocks: block (column tile, row tile, batch).
+// The tiles' shared memory, dynamic: a superblock per step outgrows the 48 KiB of static shared
+// memory (`mmq_shared_bytes` in matmul_launch.rs).
+template <typename T>
+TANDEM_DEVICE tandem_mmq_smem<T>& tandem_mmq_shared() {
+    extern __shared__ __align__(16) u8 tandem_mmq_dyn[];
+    return *(tandem_mmq_smem<T>*)tandem_mmq_dyn;
+}
+
+// MUL_MAT: block (column tile, row tile, batch).
 template <typename T>
 TANDEM_DEVICE void tandem_mmq_quant(const char* w, const char* aq, const char* ads, char* dst,
                                     const tandem_mm_shape& s) {
-    __shared__ __align__(16) tandem_mmq_smem<T> sm;
+    tandem_mmq_smem<T>& sm = tandem_mmq_shared<T>();
     const i64 b = blockIdx.z;
     if (b >= s.ne12 * s.ne13) return;
     const i64 i12 = b % s.ne12, i13 = b / s.ne12;
@@ -770,11 +573,11 @@ TANDEM_DEVICE void tandem_mmq_quant(const char* w, const char* aq, const char* a
     tandem_mmq_tile<T>(sm, wb, s.nb01, s.m, s.k, (i64)blockIdx.y * TANDEM_MMQ_BM, aq, ads, cols);
 }
 
-// MUL_MAT_ID grouped by expert, 32-value blocks: block (column tile, row tile, expert).
+// MUL_MAT_ID grouped by expert: block (column tile, row tile, expert).
 template <typename T>
 TANDEM_DEVICE void tandem_mmid_mmq(const char* w, const char* aq, const char* ads, const i32* counts,
                                    const i32* lists, char* dst, const tandem_mmid_shape& s) {
-    __shared__ __align__(16) tandem_mmq_smem<T> sm;
+    tandem_mmq_smem<T>& sm = tandem_mmq_shared<T>();
     const i64 e = blockIdx.z;
     if (e >= s.n_expert) return;
     const int count = counts[e];
@@ -2203,37 +2006,37 @@ TANDEM_DEVICE void tandem_wgmmq_quant(const char* w, const char* aq, const char*
 #define TANDEM_MMID_ARGS const char *w, const char *aq, const char *ads, const i32 *counts, const i32 *lists, \
                          char *dst, tandem_mmid_shape s
 
-TANDEM_MMQ_KERNEL tandem_mma_q4_0(TANDEM_MMA_ARGS_Q) { tandem_mmq_quant<tandem_mmf_q4_0>(w, aq, ads, dst, s); }
-TANDEM_MMQ_KERNEL tandem_mma_q4_1(TANDEM_MMA_ARGS_Q) { tandem_mmq_quant<tandem_mmf_q4_1>(w, aq, ads, dst, s); }
-TANDEM_MMQ_KERNEL tandem_mma_q5_0(TANDEM_MMA_ARGS_Q) { tandem_mmq_quant<tandem_mmf_q5_0>(w, aq, ads, dst, s); }
-TANDEM_MMQ_KERNEL tandem_mma_q5_1(TANDEM_MMA_ARGS_Q) { tandem_mmq_quant<tandem_mmf_q5_1>(w, aq, ads, dst, s); }
-TANDEM_MMQ_KERNEL tandem_mma_q8_0(TANDEM_MMA_ARGS_Q) { tandem_mmq_quant<tandem_mmf_q8_0>(w, aq, ads, dst, s); }
-TANDEM_MMQ_KERNEL tandem_mma_iq4_nl(TANDEM_MMA_ARGS_Q) { tandem_mmq_quant<tandem_mmf_iq4_nl>(w, aq, ads, dst, s); }
-TANDEM_MMA_KERNEL tandem_mma_q4_K(TANDEM_MMA_ARGS_Q) { tandem_mma_quant<tandem_mmw_q4_K>(w, aq, ads, dst, s); }
-TANDEM_MMA_KERNEL tandem_mma_q5_K(TANDEM_MMA_ARGS_Q) { tandem_mma_quant<tandem_mmw_q5_K>(w, aq, ads, dst, s); }
+TANDEM_MMQ_KERNEL tandem_mma_q4_0(TANDEM_MMA_ARGS_Q) { tandem_mmq_quant<tandem_mmq_blocks<tandem_mmf_q4_0>>(w, aq, ads, dst, s); }
+TANDEM_MMQ_KERNEL tandem_mma_q4_1(TANDEM_MMA_ARGS_Q) { tandem_mmq_quant<tandem_mmq_blocks<tandem_mmf_q4_1>>(w, aq, ads, dst, s); }
+TANDEM_MMQ_KERNEL tandem_mma_q5_0(TANDEM_MMA_ARGS_Q) { tandem_mmq_quant<tandem_mmq_blocks<tandem_mmf_q5_0>>(w, aq, ads, dst, s); }
+TANDEM_MMQ_KERNEL tandem_mma_q5_1(TANDEM_MMA_ARGS_Q) { tandem_mmq_quant<tandem_mmq_blocks<tandem_mmf_q5_1>>(w, aq, ads, dst, s); }
+TANDEM_MMQ_KERNEL tandem_mma_q8_0(TANDEM_MMA_ARGS_Q) { tandem_mmq_quant<tandem_mmq_blocks<tandem_mmf_q8_0>>(w, aq, ads, dst, s); }
+TANDEM_MMQ_KERNEL tandem_mma_iq4_nl(TANDEM_MMA_ARGS_Q) { tandem_mmq_quant<tandem_mmq_blocks<tandem_mmf_iq4_nl>>(w, aq, ads, dst, s); }
+TANDEM_MMQ_KERNEL tandem_mma_q4_K(TANDEM_MMA_ARGS_Q) { tandem_mmq_quant<tandem_mmq_super<tandem_mmvw_q4_K>>(w, aq, ads, dst, s); }
+TANDEM_MMQ_KERNEL tandem_mma_q5_K(TANDEM_MMA_ARGS_Q) { tandem_mmq_quant<tandem_mmq_super<tandem_mmvw_q5_K>>(w, aq, ads, dst, s); }
 TANDEM_MMQ_KERNEL tandem_mmid_mma_q4_0(TANDEM_MMID_ARGS) {
-    tandem_mmid_mmq<tandem_mmf_q4_0>(w, aq, ads, counts, lists, dst, s);
+    tandem_mmid_mmq<tandem_mmq_blocks<tandem_mmf_q4_0>>(w, aq, ads, counts, lists, dst, s);
 }
 TANDEM_MMQ_KERNEL tandem_mmid_mma_q4_1(TANDEM_MMID_ARGS) {
-    tandem_mmid_mmq<tandem_mmf_q4_1>(w, aq, ads, counts, lists, dst, s);
+    tandem_mmid_mmq<tandem_mmq_blocks<tandem_mmf_q4_1>>(w, aq, ads, counts, lists, dst, s);
 }
 TANDEM_MMQ_KERNEL tandem_mmid_mma_q5_0(TANDEM_MMID_ARGS) {
-    tandem_mmid_mmq<tandem_mmf_q5_0>(w, aq, ads, counts, lists, dst, s);
+    tandem_mmid_mmq<tandem_mmq_blocks<tandem_mmf_q5_0>>(w, aq, ads, counts, lists, dst, s);
 }
 TANDEM_MMQ_KERNEL tandem_mmid_mma_q5_1(TANDEM_MMID_ARGS) {
-    tandem_mmid_mmq<tandem_mmf_q5_1>(w, aq, ads, counts, lists, dst, s);
+    tandem_mmid_mmq<tandem_mmq_blocks<tandem_mmf_q5_1>>(w, aq, ads, counts, lists, dst, s);
 }
 TANDEM_MMQ_KERNEL tandem_mmid_mma_q8_0(TANDEM_MMID_ARGS) {
-    tandem_mmid_mmq<tandem_mmf_q8_0>(w, aq, ads, counts, lists, dst, s);
+    tandem_mmid_mmq<tandem_mmq_blocks<tandem_mmf_q8_0>>(w, aq, ads, counts, lists, dst, s);
 }
 TANDEM_MMQ_KERNEL tandem_mmid_mma_iq4_nl(TANDEM_MMID_ARGS) {
-    tandem_mmid_mmq<tandem_mmf_iq4_nl>(w, aq, ads, counts, lists, dst, s);
+    tandem_mmid_mmq<tandem_mmq_blocks<tandem_mmf_iq4_nl>>(w, aq, ads, counts, lists, dst, s);
 }
-TANDEM_MMA_KERNEL tandem_mmid_mma_q4_K(TANDEM_MMID_ARGS) {
-    tandem_mmid_mma<tandem_mmw_q4_K>(w, aq, ads, counts, lists, dst, s);
+TANDEM_MMQ_KERNEL tandem_mmid_mma_q4_K(TANDEM_MMID_ARGS) {
+    tandem_mmid_mmq<tandem_mmq_super<tandem_mmvw_q4_K>>(w, aq, ads, counts, lists, dst, s);
 }
-TANDEM_MMA_KERNEL tandem_mmid_mma_q5_K(TANDEM_MMID_ARGS) {
-    tandem_mmid_mma<tandem_mmw_q5_K>(w, aq, ads, counts, lists, dst, s);
+TANDEM_MMQ_KERNEL tandem_mmid_mma_q5_K(TANDEM_MMID_ARGS) {
+    tandem_mmid_mmq<tandem_mmq_super<tandem_mmvw_q5_K>>(w, aq, ads, counts, lists, dst, s);
 }
 #define TANDEM_MMV_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_MMV_THREADS)
 TANDEM_MMV_KERNEL tandem_mmv_q4_0(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmvw_q4_0>(w, aq, ads, dst, s); }

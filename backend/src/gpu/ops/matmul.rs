@@ -430,11 +430,19 @@ mod tests {
         };
         // Counts plus one list of every slot per expert.
         assert_eq!(mmid_grouped_bytes(&s), Some((128 + 128 * 4096) * 4));
-        // 32-value block types: 64 x 64 tiles, four warps; the superblock types 128 x 64, eight.
+        // 64 x 64 tiles, four warps; q4_0: two steps of 64 rows of four 18-byte blocks (80 bytes
+        // padded), 64 activation rows of 144 bytes and 4 x 64 pairs; q4_K: one 144-byte
+        // superblock per row and step, activation rows of 272 bytes, 8 x 64 pairs.
         let c = mmid_mma_config(ElemType::Q4_0, &s);
-        assert_eq!((c.grid, c.block), ([8, 12, 128], [128, 1, 1]));
+        assert_eq!(
+            (c.grid, c.block, c.shared_bytes),
+            ([8, 12, 128], [128, 1, 1], 2 * (64 * 80 + 64 * 144 + 4 * 64 * 8))
+        );
         let c = mmid_mma_config(ElemType::Q4K, &s);
-        assert_eq!((c.grid, c.block), ([8, 6, 128], [256, 1, 1]));
+        assert_eq!(
+            (c.grid, c.block, c.shared_bytes),
+            ([8, 12, 128], [128, 1, 1], 2 * (64 * 144 + 64 * 272 + 8 * 64 * 8))
+        );
         let mm = MulMatShape {
             k: 4096,
             m: 14336,

@@ -588,16 +588,31 @@ pub fn mmv_config(ty: ElemType, s: &MulMatShape, compute_units: u32) -> LaunchCo
 /// Threads and output tile (rows, columns) of the tensor-core kernels for weights of `ty`.
 pub fn mma_tile(ty: ElemType) -> (u32, i64, i64) {
     match ty {
-        ElemType::Q4_0 | ElemType::Q4_1 | ElemType::Q5_0 | ElemType::Q5_1 | ElemType::Q8_0 | ElemType::IQ4NL => {
-            (MMQ_THREADS, MMQ_TILE_M, MMQ_TILE_N)
-        }
-        _ => (MMA_THREADS, MMA_TILE_M, MMA_TILE_N),
+        ElemType::F16 => (MMA_THREADS, MMA_TILE_M, MMA_TILE_N),
+        _ => (MMQ_THREADS, MMQ_TILE_M, MMQ_TILE_N),
     }
 }
 
 pub fn mma_config(ty: ElemType, s: &MulMatShape) -> LaunchConfig {
     let (threads, tm, tn) = mma_tile(ty);
-    tile_grid((s.n, tn), (s.m, tm), s.batches(), threads)
+    LaunchConfig {
+        shared_bytes: mmq_shared_bytes(ty),
+        ..tile_grid((s.n, tn), (s.m, tm), s.batches(), threads)
+    }
+}
+
+/// Dynamic shared memory of the int8 tiles (`tandem_mmq_smem` of mma.hip; 0 for f16 weights):
+/// two k steps of [`MMQ_TILE_M`] raw weight rows (four 32-value blocks, or one q4_K / q5_K
+/// superblock, per step) padded to an odd number of 16-byte units, [`MMQ_TILE_N`] activation
+/// rows of the step's values plus 16 bytes, and their (d, s) pairs.
+pub fn mmq_shared_bytes(ty: ElemType) -> u32 {
+    if !ty.is_quantized() {
+        return 0;
+    }
+    let groups: i64 = if ty.block_size() == 32 { 4 } else { 8 };
+    let step = ty.row_size(groups * 32).unwrap_or(0) as i64;
+    let pad = (((step + 15) / 16) | 1) * 16;
+    (2 * (MMQ_TILE_M * pad + MMQ_TILE_N * (groups * 32 + 16) + groups * MMQ_TILE_N * 8)) as u32
 }
 
 /// Whether weights of `ty` meet q8_1 activations (else f32 activations are read directly).
@@ -1096,7 +1111,10 @@ pub fn mmid_grouped_bytes(s: &MulMatIdShape) -> Option<usize> {
 
 pub fn mmid_mma_config(ty: ElemType, s: &MulMatIdShape) -> LaunchConfig {
     let (threads, tm, tn) = mma_tile(ty);
-    tile_grid((s.n_tokens, tn), (s.m, tm), s.n_expert, threads)
+    LaunchConfig {
+        shared_bytes: mmq_shared_bytes(ty),
+        ..tile_grid((s.n_tokens, tn), (s.m, tm), s.n_expert, threads)
+    }
 }
 
 /// MUL_MAT_ID with more than eight tokens on tensor cores: the activations' q8_1 copy, the
