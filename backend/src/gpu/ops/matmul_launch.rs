@@ -17,8 +17,9 @@
 //! - `tandem_mma_<type>` (NVIDIA sm_80+, see [`mma_entry`] and [`mma_tile`]): int8 mma on the
 //!   q8_1 copy of src1 for weights in 32-value groups, f16 mma on an f16 copy of src1
 //!   (`tandem_mma_f16_copy`) for f16 weights; grid (ceil(n / tile n), ceil(m / tile m),
-//!   batches). 32-value block types: block 128, 64 x 64 tiles, k steps in flight through
-//!   cp.async; f16, q4_K, q5_K: block 256, 128 x 64 tiles.
+//!   batches). Int8 (32-value block types, q4_K, q5_K): block 128, 64 x 64 tiles, k steps (four
+//!   32-value blocks, or one q4_K / q5_K superblock) in flight through cp.async, dynamic shared
+//!   memory [`mmq_shared_bytes`]; f16: block 256, 128 x 64 tiles.
 //! - `tandem_wgmma_<type>` (NVIDIA sm_90, see [`wgmma_takes`]): f16 and the 32-value block types
 //!   on the f16 copy of src1 with warpgroup mma; block 256 (two warpgroups), 128 x 256 tiles,
 //!   grid (ceil(n / 256), ceil(m / 128), batches), dynamic shared memory [`wgmma_shared_bytes`].
@@ -39,8 +40,7 @@ use tandem_graph::{ElemType, Tensor};
 pub const GEMV_FAMILY: &str = "gemv";
 pub const GEMM_FAMILY: &str = "gemm";
 pub const MMA_FAMILY: &str = "mma";
-/// Threads and output tile (weight rows x columns) of the tensor-core GEMMs of `mma.hip` for
-/// f16 and the superblock types (q4_K, q5_K).
+/// Threads and output tile (weight rows x columns) of the f16 tensor-core GEMM of `mma.hip`.
 pub const MMA_THREADS: u32 = 256;
 pub const MMA_TILE_M: i64 = 128;
 pub const MMA_TILE_N: i64 = 64;
@@ -62,7 +62,8 @@ pub const WGMMQ_THREADS: u32 = 512;
 pub const WGMMQ_TILE_M: i64 = 128;
 pub const WGMMQ_TILE_N: i64 = 128;
 pub const WGMMQ_STAGES: i64 = 4;
-/// The same for the pipelined int8 GEMM of the 32-value block types (`TANDEM_MMQ_*`).
+/// The same for the pipelined int8 GEMM of the 32-value block types, q4_K and q5_K
+/// (`TANDEM_MMQ_*`).
 pub const MMQ_THREADS: u32 = 128;
 pub const MMQ_TILE_M: i64 = 64;
 pub const MMQ_TILE_N: i64 = 64;
