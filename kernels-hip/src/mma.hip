@@ -270,26 +270,13 @@ TANDEM_DEVICE void tandem_ldsm4(u32 (&r)[4], const u8* p) {
 #define TANDEM_MMQ_BM 64
 #define TANDEM_MMQ_BN 64
 
-// The weights of a k step as the tiles read them (T): KG 32-value groups per step, STEP raw
-// bytes of a row per step, and frag(r, g, c, lo, hi, d, m) giving values 4c .. 4c + 3 (lo) and
-// 16 + 4c .. (hi) of group g of the step's row at r as signed bytes, with the group's scale d
-// and offset m. The 32-value block types take four blocks per step ...
-template <typename F>
-struct tandem_mmq_blocks {
-    static constexpr int KG = 4, STEP = 4 * F::BYTES;
-    static constexpr bool MIN = F::MIN;
-    static __device__ __forceinline__ void frag(const u8* r, int g, int c, u32& lo, u32& hi, float& d, float& m) {
-        F::frag(r + g * F::BYTES, c, lo, hi, d, m);
-    }
-};
-// ... q4_K and q5_K one superblock (W: its tandem_mmvw_* reader, below).
-template <typename W>
-struct tandem_mmq_super {
-    static constexpr int KG = 8, STEP = W::CHUNK;
-    static constexpr bool MIN = W::MIN;
-    static __device__ __forceinline__ void frag(const u8* r, int g, int c, u32& lo, u32& hi, float& d, float& m) {
-        W::frag(r, g, c, lo, hi, d, m);
-    }
+// The weights of a k step as the tiles read them: KG of the eight 32-value groups a chunk of the
+// tensor-core GEMV's reader R holds (R below: tandem_mmv_blocks<F> for the 32-value block types,
+// four blocks per step; tandem_mmvw_q4_K / q5_K, a superblock per step), STEP raw bytes of a row
+// per step, and R's frag(r, g, c, lo, hi, d, m) for group g of the step's row at r.
+template <typename R, int G>
+struct tandem_mmq_step : R {
+    static constexpr int KG = G, STEP = R::CHUNK / 8 * G;
 };
 
 // Shared rows of one k step: the raw weights padded to an odd number of 16-byte units (so the
@@ -1093,7 +1080,9 @@ TANDEM_DEVICE void tandem_mmv_rows(const u8* wb, i64 nb01, i64 m, i64 k, const c
                     const int r = 16 * t + qr + (e >= 2 ? 8 : 0), j = 2 * qc + (e & 1);
                     float v = acc[t][e];
 #pragma unroll
-                    for (int w = 1; w < TANDEM_MMV_WARPS; ++w) v += part[((w - 1) * TANDEM_MMV_ROWS + r) * TANDEM_MMV_COLS + j];
+                    for (int w = 1; w < TANDEM_MMV_WARPS; ++w) {
+                        v += part[((w - 1) * TANDEM_MMV_ROWS + r) * TANDEM_MMV_COLS + j];
+                    }
                     acc[t][e] = 0.0f;
                     if (row0 + r < m && j < ncols) *(float*)(out + j * nb1 + (row0 + r) * 4) = v;
                 }
@@ -2006,37 +1995,53 @@ TANDEM_DEVICE void tandem_wgmmq_quant(const char* w, const char* aq, const char*
 #define TANDEM_MMID_ARGS const char *w, const char *aq, const char *ads, const i32 *counts, const i32 *lists, \
                          char *dst, tandem_mmid_shape s
 
-TANDEM_MMQ_KERNEL tandem_mma_q4_0(TANDEM_MMA_ARGS_Q) { tandem_mmq_quant<tandem_mmq_blocks<tandem_mmf_q4_0>>(w, aq, ads, dst, s); }
-TANDEM_MMQ_KERNEL tandem_mma_q4_1(TANDEM_MMA_ARGS_Q) { tandem_mmq_quant<tandem_mmq_blocks<tandem_mmf_q4_1>>(w, aq, ads, dst, s); }
-TANDEM_MMQ_KERNEL tandem_mma_q5_0(TANDEM_MMA_ARGS_Q) { tandem_mmq_quant<tandem_mmq_blocks<tandem_mmf_q5_0>>(w, aq, ads, dst, s); }
-TANDEM_MMQ_KERNEL tandem_mma_q5_1(TANDEM_MMA_ARGS_Q) { tandem_mmq_quant<tandem_mmq_blocks<tandem_mmf_q5_1>>(w, aq, ads, dst, s); }
-TANDEM_MMQ_KERNEL tandem_mma_q8_0(TANDEM_MMA_ARGS_Q) { tandem_mmq_quant<tandem_mmq_blocks<tandem_mmf_q8_0>>(w, aq, ads, dst, s); }
-TANDEM_MMQ_KERNEL tandem_mma_iq4_nl(TANDEM_MMA_ARGS_Q) { tandem_mmq_quant<tandem_mmq_blocks<tandem_mmf_iq4_nl>>(w, aq, ads, dst, s); }
-TANDEM_MMQ_KERNEL tandem_mma_q4_K(TANDEM_MMA_ARGS_Q) { tandem_mmq_quant<tandem_mmq_super<tandem_mmvw_q4_K>>(w, aq, ads, dst, s); }
-TANDEM_MMQ_KERNEL tandem_mma_q5_K(TANDEM_MMA_ARGS_Q) { tandem_mmq_quant<tandem_mmq_super<tandem_mmvw_q5_K>>(w, aq, ads, dst, s); }
+TANDEM_MMQ_KERNEL tandem_mma_q4_0(TANDEM_MMA_ARGS_Q) {
+    tandem_mmq_quant<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q4_0>, 4>>(w, aq, ads, dst, s);
+}
+TANDEM_MMQ_KERNEL tandem_mma_q4_1(TANDEM_MMA_ARGS_Q) {
+    tandem_mmq_quant<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q4_1>, 4>>(w, aq, ads, dst, s);
+}
+TANDEM_MMQ_KERNEL tandem_mma_q5_0(TANDEM_MMA_ARGS_Q) {
+    tandem_mmq_quant<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q5_0>, 4>>(w, aq, ads, dst, s);
+}
+TANDEM_MMQ_KERNEL tandem_mma_q5_1(TANDEM_MMA_ARGS_Q) {
+    tandem_mmq_quant<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q5_1>, 4>>(w, aq, ads, dst, s);
+}
+TANDEM_MMQ_KERNEL tandem_mma_q8_0(TANDEM_MMA_ARGS_Q) {
+    tandem_mmq_quant<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q8_0>, 4>>(w, aq, ads, dst, s);
+}
+TANDEM_MMQ_KERNEL tandem_mma_iq4_nl(TANDEM_MMA_ARGS_Q) {
+    tandem_mmq_quant<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_iq4_nl>, 4>>(w, aq, ads, dst, s);
+}
+TANDEM_MMQ_KERNEL tandem_mma_q4_K(TANDEM_MMA_ARGS_Q) {
+    tandem_mmq_quant<tandem_mmq_step<tandem_mmvw_q4_K, 8>>(w, aq, ads, dst, s);
+}
+TANDEM_MMQ_KERNEL tandem_mma_q5_K(TANDEM_MMA_ARGS_Q) {
+    tandem_mmq_quant<tandem_mmq_step<tandem_mmvw_q5_K, 8>>(w, aq, ads, dst, s);
+}
 TANDEM_MMQ_KERNEL tandem_mmid_mma_q4_0(TANDEM_MMID_ARGS) {
-    tandem_mmid_mmq<tandem_mmq_blocks<tandem_mmf_q4_0>>(w, aq, ads, counts, lists, dst, s);
+    tandem_mmid_mmq<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q4_0>, 4>>(w, aq, ads, counts, lists, dst, s);
 }
 TANDEM_MMQ_KERNEL tandem_mmid_mma_q4_1(TANDEM_MMID_ARGS) {
-    tandem_mmid_mmq<tandem_mmq_blocks<tandem_mmf_q4_1>>(w, aq, ads, counts, lists, dst, s);
+    tandem_mmid_mmq<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q4_1>, 4>>(w, aq, ads, counts, lists, dst, s);
 }
 TANDEM_MMQ_KERNEL tandem_mmid_mma_q5_0(TANDEM_MMID_ARGS) {
-    tandem_mmid_mmq<tandem_mmq_blocks<tandem_mmf_q5_0>>(w, aq, ads, counts, lists, dst, s);
+    tandem_mmid_mmq<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q5_0>, 4>>(w, aq, ads, counts, lists, dst, s);
 }
 TANDEM_MMQ_KERNEL tandem_mmid_mma_q5_1(TANDEM_MMID_ARGS) {
-    tandem_mmid_mmq<tandem_mmq_blocks<tandem_mmf_q5_1>>(w, aq, ads, counts, lists, dst, s);
+    tandem_mmid_mmq<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q5_1>, 4>>(w, aq, ads, counts, lists, dst, s);
 }
 TANDEM_MMQ_KERNEL tandem_mmid_mma_q8_0(TANDEM_MMID_ARGS) {
-    tandem_mmid_mmq<tandem_mmq_blocks<tandem_mmf_q8_0>>(w, aq, ads, counts, lists, dst, s);
+    tandem_mmid_mmq<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q8_0>, 4>>(w, aq, ads, counts, lists, dst, s);
 }
 TANDEM_MMQ_KERNEL tandem_mmid_mma_iq4_nl(TANDEM_MMID_ARGS) {
-    tandem_mmid_mmq<tandem_mmq_blocks<tandem_mmf_iq4_nl>>(w, aq, ads, counts, lists, dst, s);
+    tandem_mmid_mmq<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_iq4_nl>, 4>>(w, aq, ads, counts, lists, dst, s);
 }
 TANDEM_MMQ_KERNEL tandem_mmid_mma_q4_K(TANDEM_MMID_ARGS) {
-    tandem_mmid_mmq<tandem_mmq_super<tandem_mmvw_q4_K>>(w, aq, ads, counts, lists, dst, s);
+    tandem_mmid_mmq<tandem_mmq_step<tandem_mmvw_q4_K, 8>>(w, aq, ads, counts, lists, dst, s);
 }
 TANDEM_MMQ_KERNEL tandem_mmid_mma_q5_K(TANDEM_MMID_ARGS) {
-    tandem_mmid_mmq<tandem_mmq_super<tandem_mmvw_q5_K>>(w, aq, ads, counts, lists, dst, s);
+    tandem_mmid_mmq<tandem_mmq_step<tandem_mmvw_q5_K, 8>>(w, aq, ads, counts, lists, dst, s);
 }
 #define TANDEM_MMV_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_MMV_THREADS)
 TANDEM_MMV_KERNEL tandem_mmv_q4_0(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmvw_q4_0>(w, aq, ads, dst, s); }

@@ -544,9 +544,9 @@ pub fn mmv_fits(ty: ElemType, base: DevicePtr, s: &MulMatShape) -> bool {
 /// Shared bytes of one warp's stage of the tensor-core GEMV for `ty` and the stages per warp
 /// (`tandem_mmv_stage` in mma.hip): 32 weight rows of one chunk (eight groups; the 84-, 110- and
 /// 210-byte chunks of q2_K, q3_K and q6_K start 4- or 2-byte aligned and take the 16-byte units
-/// around them, up to 14 bytes before)
-/// padded to an odd number of 16-byte units, eight activation columns of 272 bytes, 64 (d, d *
-/// sum) pairs; three stages where rows take at most 208 bytes, else two.
+/// around them, up to 14 bytes before) padded to an odd number of 16-byte units, eight
+/// activation columns of 272 bytes, 64 (d, d * sum) pairs; three stages where rows take at most
+/// 208 bytes, else two.
 fn mmv_stage(ty: ElemType) -> (i64, i64) {
     let chunk = ty.row_size(MMV_GROUPS * 32).unwrap_or(0) as i64;
     let units = if chunk % 16 == 0 {
