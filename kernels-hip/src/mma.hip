@@ -1,6 +1,7 @@
 // Prefill-shaped MUL_MAT (more than 8 columns) on NVIDIA tensor cores (sm_80 and newer):
-// int8 mma for weights in 32-value groups with one scale (and an optional offset) per group,
-// f16 mma for f16 weights. The portable GEMM (gemm.hip) stays the path everywhere else.
+// int8 mma for the quantized weights (groups of 32 values with one scale, and an optional
+// offset, per group or per 16 values), f16 mma for f16 weights. The portable GEMM (gemm.hip)
+// stays the path everywhere else.
 //
 // Integer path: activations are the q8_1 copy of tandem_quantize_q8_1 (int8 values, then one
 // (d, d * sum) pair per 32 values), rounded exactly as the CPU's q8_0 activation copy. Each
@@ -8,12 +9,13 @@
 // are d * q + m; a group's product with an activation group is then
 //     d * d_a * sum(q * a) + m * (d_a * sum(a)),
 // the integer sum from one m16n8k32 mma, the rest in f32: the CPU's block dot products up to
-// the f32 summation order.
+// the f32 summation order (q2_K, q3_K, q6_K: a scale, and q2_K an offset, per 16 values, so
+// one m16n8k16 mma per half group).
 //
-// Launch layout of the integer path (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, q4_K, q5_K): block =
-// 128 threads, one 64 x 64 (rows x columns) output tile per block, k steps (four 32-value
-// blocks, or one q4_K / q5_K superblock) copied raw to shared memory with cp.async one step
-// ahead of the mma work; see "integer path, 32-value blocks" below. Grids: x over columns (n),
+// Launch layout of the integer path (every quantized type): block = 128 threads, one 64 x 64
+// (rows x columns) output tile per block, k steps (four 32-value blocks, or one superblock)
+// copied raw to shared memory with cp.async one step ahead of the mma work; see "integer path,
+// 32-value blocks" below. Grids: x over columns (n),
 // y over weight rows (m), z over batches (experts for MUL_MAT_ID).
 //
 // f16 path: 128 x 64 tiles, k steps of 32 with three in flight (cp.async); weights are copied
@@ -256,14 +258,15 @@ TANDEM_DEVICE void tandem_ldsm4(u32 (&r)[4], const u8* p) {
 
 // ---------------------------------------------------------------- integer path, 32-value blocks
 // Weights whose blocks are single 32-value groups (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl), and
-// q4_K and q5_K a superblock at a time. Block = 128 threads (four warps), output tile 64 x 64;
-// per k step (128 values: four blocks; 256: one superblock) the raw weights of the 64 rows (row
-// r at r * PAD, zero past m and k), the 64 columns' int8 activations (rows of the step's values
-// plus 16 bytes) and their (d, d * sum) pairs go to shared memory with cp.async, two steps in
-// flight (dynamic shared memory, 37-66 KiB). Warp w takes rows 16 w .. 16 w + 16 against all 64
-// columns: per group it unpacks its A fragments straight from the raw weights (frag(): values
-// 4 c .. 4 c + 3 and 16 + 4 c .. of the group, c = lane % 4), loads B fragments with ldmatrix,
-// and does eight m16n8k32 mma. The mma starts from 0x4B400000 so its int32 sum, read as f32, is
+// the superblock types (q2_K .. q6_K) a superblock at a time. Block = 128 threads (four warps),
+// output tile 64 x 64; per k step (128 values: four blocks; 256: one superblock) the raw weights
+// of the 64 rows (row r at r * PAD, zero past m and k), the 64 columns' int8 activations (rows
+// of the step's values plus 16 bytes) and their (d, d * sum) pairs go to shared memory with
+// cp.async, two steps in flight (dynamic shared memory, 37-74 KiB). Warp w takes rows 16 w ..
+// 16 w + 16 against all 64 columns: per group it unpacks its A fragments straight from the raw
+// weights (frag(): values 4 c .. 4 c + 3 and 16 + 4 c .. of the group, c = lane % 4), loads B
+// fragments with ldmatrix, and does eight m16n8k32 mma (q2_K, q3_K, q6_K: sixteen m16n8k16, see
+// tandem_mmq_halves). The mma starts from 0x4B400000 so its int32 sum, read as f32, is
 // 12582912 + sum exactly.
 
 #define TANDEM_MMQ_THREADS 128
@@ -272,18 +275,27 @@ TANDEM_DEVICE void tandem_ldsm4(u32 (&r)[4], const u8* p) {
 
 // The weights of a k step as the tiles read them: KG of the eight 32-value groups a chunk of the
 // tensor-core GEMV's reader R holds (R below: tandem_mmv_blocks<F> for the 32-value block types,
-// four blocks per step; tandem_mmvw_q4_K / q5_K, a superblock per step), STEP raw bytes of a row
-// per step, and R's frag(r, g, c, lo, hi, d, m) for group g of the step's row at r.
+// four blocks per step; tandem_mmvw_q2_K .. q6_K, a superblock per step), STEP raw bytes of a
+// row per step, and R's frag(r, g, c, lo, hi, d, m) (HALVES: frag16, mins16) for group g of the
+// step's row at r.
+// WINDOW: steps that start only 2- or 4-byte aligned within a row (the 84-, 110- and 210-byte
+// superblocks of q2_K, q3_K, q6_K, whose groups have a scale per 16 values: HALVES readers); where
+// rows are 16-byte aligned each step is copied as the 16-byte units around it and starts `lead`
+// = (step * STEP) % 16 bytes into its staged row.
 template <typename R, int G>
 struct tandem_mmq_step : R {
-    static constexpr int KG = G, STEP = R::CHUNK / 8 * G;
+    static constexpr int KG = G, STEP = R::CHUNK * G / 8;
+    static constexpr bool WINDOW = STEP % 8 != 0;
+    static_assert(STEP * 8 == R::CHUNK * G && (!R::HALVES || G == 8), "whole bytes per step; HALVES: superblocks");
 };
 
-// Shared rows of one k step: the raw weights padded to an odd number of 16-byte units (so the
-// eight rows a fragment load touches start in distinct bank quads), the activations (ROW bytes).
+// Shared rows of one k step: the raw weights (UNITS 16-byte units: with WINDOW up to 14 bytes
+// before the step) padded to an odd number of 16-byte units (so the eight rows a fragment load
+// touches start in distinct bank quads), the activations (ROW bytes).
 template <typename T>
 struct tandem_mmq_raw {
-    static constexpr int PAD = (((T::STEP + 15) / 16) | 1) * 16;
+    static constexpr int UNITS = T::WINDOW ? (T::STEP + 14 + 15) / 16 : (T::STEP + 15) / 16;
+    static constexpr int PAD = (UNITS | 1) * 16;
     static constexpr int ROW = T::KG * 32 + 16;
 };
 
@@ -390,7 +402,7 @@ TANDEM_DEVICE tandem_mmq_plan<T> tandem_mmq_make_plan(const u8* wb, i64 nb01, i6
     constexpr int RP = tandem_mmq_raw<T>::PAD;
     tandem_mmq_plan<T> p;
     const int r = threadIdx.x / 2, half = threadIdx.x % 2;
-    const int wu0 = half * tandem_mmq_plan<T>::UH;
+    const int wu0 = T::WINDOW ? 0 : half * tandem_mmq_plan<T>::UH;
     p.units = half == 0 ? tandem_mmq_plan<T>::UH : tandem_mmq_plan<T>::UN;
     const i64 row = row0 + r;
     p.wn = row < m ? 8 : 0;
@@ -405,23 +417,50 @@ TANDEM_DEVICE tandem_mmq_plan<T> tandem_mmq_make_plan(const u8* wb, i64 nb01, i6
     return p;
 }
 
+// A whole step's activation values and pairs of the plan's column.
+template <typename T>
+TANDEM_DEVICE void tandem_mmq_stage_acts(u8* adst, u8* ddst, const tandem_mmq_plan<T>& p) {
+#pragma unroll
+    for (int j = 0; j < T::KG; ++j) tandem_cp16(adst + 16 * j, p.a + 16 * j, p.an);
+#pragma unroll
+    for (int j = 0; j < T::KG / 2; ++j) tandem_cp8(ddst + j * TANDEM_MMQ_BN * 8, p.d + 8 * j, p.an / 2);
+}
+
 // Queues the plan's current k step into buffer `buf` and advances the plan. `ng`: groups of
-// the step inside k (KG but at the end); `al`: weight rows 8-byte aligned (else plain 2-byte
-// copies).
+// the step inside k (KG but at the end; always KG for the superblock types); `al`: weight rows
+// 8-byte aligned, 16-byte with WINDOW (else plain 2-byte copies).
 template <typename T>
 TANDEM_DEVICE void tandem_mmq_stage(tandem_mmq_smem<T>& sm, int buf, tandem_mmq_plan<T>& p, int ng, bool al) {
     u8* wdst = sm.w[buf] + p.wdst;
     u8* adst = sm.a[buf] + p.adst;
     u8* ddst = (u8*)&sm.ds[buf][0][0] + p.ddst;
-    if (ng == T::KG && al) {
+    if constexpr (T::WINDOW) {
+        // Row t / 2 from its start; thread half h takes the 16-byte units h, h + 2, ... of the
+        // window around the step (its bytes only: nothing past the step is read).
+        const int half = threadIdx.x % 2;
+        constexpr int U = tandem_mmq_raw<T>::UNITS;
+        if (al) {
+            const int lead = (int)((u64)p.w & 15u);
+            const u8* src = p.w - lead;
+#pragma unroll
+            for (int i = 0; i < (U + 1) / 2; ++i) {
+                const int j = 2 * i + half;
+                int n = p.wn != 0 ? T::STEP + lead - 16 * j : 0;
+                n = n < 0 ? 0 : (n > 16 ? 16 : n);
+                if (j < U) tandem_cp16(wdst + 16 * j, n > 0 ? src + 16 * j : src, n);
+            }
+        } else {
+            for (int i = half; i < T::STEP / 2; i += 2) {
+                *(u16*)(wdst + 2 * i) = p.wn != 0 ? *(const u16*)(p.w + 2 * i) : (u16)0;
+            }
+        }
+        tandem_mmq_stage_acts<T>(adst, ddst, p);
+    } else if (ng == T::KG && al) {
 #pragma unroll
         for (int j = 0; j < tandem_mmq_plan<T>::UH; ++j) {
             if (j < p.units) tandem_cp8(wdst + 8 * j, p.w + 8 * j, p.wn);
         }
-#pragma unroll
-        for (int j = 0; j < T::KG; ++j) tandem_cp16(adst + 16 * j, p.a + 16 * j, p.an);
-#pragma unroll
-        for (int j = 0; j < T::KG / 2; ++j) tandem_cp8(ddst + j * TANDEM_MMQ_BN * 8, p.d + 8 * j, p.an / 2);
+        tandem_mmq_stage_acts<T>(adst, ddst, p);
     } else {
         // The last, partial step, or unaligned weight rows: bytes past the step's groups are zero.
         const int half = threadIdx.x % 2;
@@ -452,6 +491,76 @@ TANDEM_DEVICE void tandem_mmq_stage(tandem_mmq_smem<T>& sm, int buf, tandem_mmq_
     p.d += p.an != 0 ? T::KG * 8 : 0;
 }
 
+#if defined(TANDEM_MMA_ENABLED)
+// One superblock step of the HALVES types (a scale per 16 values) for a warp's 16 rows against
+// the 64 columns: per group two m16n8k16 mma per column tile, one per half (the halves of the
+// m16n8k32 B fragments), their sums scaled per row and half as the tensor-core GEMV does; q2_K's
+// mins take each half's activation sums from one more mma against ones. `wrow`: the superblock
+// of row lane / 4 (row + 8 at 8 PAD bytes further), `arow`: this lane's ldmatrix row.
+template <typename T>
+TANDEM_DEVICE void tandem_mmq_halves(float (&acc)[8][4], const u8* wrow, const u8* arow,
+                                     const float2 (&ds)[T::KG][TANDEM_MMQ_BN], int qc) {
+    constexpr int RP = tandem_mmq_raw<T>::PAD, AR = tandem_mmq_raw<T>::ROW;
+#pragma unroll (T::MIN ? 1 : 2)
+    for (int gi = 0; gi < T::KG; ++gi) {
+        u32 v0[2], v1[2];
+        float ds0[2], ds1[2], ms0[2] = {0.0f, 0.0f}, ms1[2] = {0.0f, 0.0f};
+        T::frag16(wrow, gi, qc, v0, ds0);
+        T::frag16(wrow + 8 * RP, gi, qc, v1, ds1);
+        if constexpr (T::MIN) {
+            T::mins16(wrow, gi, ms0);
+            T::mins16(wrow + 8 * RP, gi, ms1);
+        }
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+            u32 fb[4];
+            tandem_ldsm4(fb, arow + 16 * np * AR + 32 * gi);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int nt = 2 * np + h;
+                const float4 sc = *(const float4*)&ds[gi][8 * nt + 2 * qc];
+                int ci[2][4];
+#pragma unroll
+                for (int x = 0; x < 2; ++x) {
+                    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+                        "{%7, %7, %7, %7};"
+                        : "=r"(ci[x][0]), "=r"(ci[x][1]), "=r"(ci[x][2]), "=r"(ci[x][3])
+                        : "r"(v0[x]), "r"(v1[x]), "r"(fb[2 * h + x]), "r"(0x4B400000));
+                }
+                float as[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+                if constexpr (T::MIN) {
+#pragma unroll
+                    for (int x = 0; x < 2; ++x) {
+                        int cs[4];
+                        asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %4}, {%5}, "
+                            "{%6, %6, %6, %6};"
+                            : "=r"(cs[0]), "=r"(cs[1]), "=r"(cs[2]), "=r"(cs[3])
+                            : "r"(0x01010101u), "r"(fb[2 * h + x]), "r"(0x4B400000));
+                        as[x][0] = __int_as_float(cs[0]) - 12582912.0f;
+                        as[x][1] = __int_as_float(cs[1]) - 12582912.0f;
+                    }
+                }
+                // Row r, column j: acc += d_a,j * (d sc0_r * sum0 + d sc1_r * sum1
+                //                                  [- mn0_r * asum0_j - mn1_r * asum1_j]).
+                float* a = acc[nt];
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float* dr = e < 2 ? ds0 : ds1;
+                    const float s0 = __int_as_float(ci[0][e]) - 12582912.0f;
+                    const float s1 = __int_as_float(ci[1][e]) - 12582912.0f;
+                    float in = fmaf(dr[1], s1, dr[0] * s0);
+                    if constexpr (T::MIN) {
+                        const float* mr = e < 2 ? ms0 : ms1;
+                        in = fmaf(-mr[1], as[1][e & 1], fmaf(-mr[0], as[0][e & 1], in));
+                    }
+                    a[e] = fmaf((e & 1) ? sc.z : sc.x, in, a[e]);
+                }
+            }
+        }
+    }
+}
+#endif
+
 // One 64 x 64 output tile: weight rows row0 .. row0 + 64 (row r at wb + r * nb01, m rows, k
 // values) against the 64 q8_1 columns the map gives.
 template <typename T, typename C>
@@ -460,7 +569,7 @@ TANDEM_DEVICE void tandem_mmq_tile(tandem_mmq_smem<T>& sm, const u8* wb, i64 nb0
     constexpr int RP = tandem_mmq_raw<T>::PAD;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int qr = lane / 4, qc = lane % 4;
-    const bool al = (((u64)wb | (u64)nb01) & 7u) == 0;
+    const bool al = (((u64)wb | (u64)nb01) & (T::WINDOW ? 15u : 7u)) == 0;
     constexpr int AR = tandem_mmq_raw<T>::ROW;
     const i64 steps = (k / 32 + T::KG - 1) / T::KG;
     float acc[8][4];
@@ -484,6 +593,9 @@ TANDEM_DEVICE void tandem_mmq_tile(tandem_mmq_smem<T>& sm, const u8* wb, i64 nb0
         const u8* wrow = sm.w[buf] + (16 * warp + qr) * RP;
         // ldmatrix rows of this lane: column 16 np + (lane % 8) + 8 (lane / 16), byte 16 (lane / 8 % 2).
         const u8* arow = sm.a[buf] + ((lane % 8) + 8 * (lane / 16)) * AR + 16 * ((lane / 8) % 2);
+        if constexpr (T::HALVES) {
+            tandem_mmq_halves<T>(acc, wrow + (al ? (int)((st * T::STEP) % 16) : 0), arow, sm.ds[buf], qc);
+        } else {
 #pragma unroll
         for (int gi = 0; gi < T::KG; ++gi) {
             u32 fa[4];
@@ -517,6 +629,7 @@ TANDEM_DEVICE void tandem_mmq_tile(tandem_mmq_smem<T>& sm, const u8* wb, i64 nb0
                     }
                 }
             }
+        }
         }
 #else
         // Built for a device without these instructions: never picked there; NaN if it were.
@@ -1991,6 +2104,9 @@ TANDEM_DEVICE void tandem_wgmmq_quant(const char* w, const char* aq, const char*
 
 #define TANDEM_MMA_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_MMA_THREADS, 2)
 #define TANDEM_MMQ_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_MMQ_THREADS, 4)
+// The superblock types' tiles: three blocks fill an SM's shared memory (61-74 KiB each), so the
+// registers of a fourth would go unused.
+#define TANDEM_MMQ_SB_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_MMQ_THREADS, 3)
 #define TANDEM_MMA_ARGS_Q const char *w, const char *aq, const char *ads, char *dst, tandem_mm_shape s
 #define TANDEM_MMID_ARGS const char *w, const char *aq, const char *ads, const i32 *counts, const i32 *lists, \
                          char *dst, tandem_mmid_shape s
@@ -2013,11 +2129,20 @@ TANDEM_MMQ_KERNEL tandem_mma_q8_0(TANDEM_MMA_ARGS_Q) {
 TANDEM_MMQ_KERNEL tandem_mma_iq4_nl(TANDEM_MMA_ARGS_Q) {
     tandem_mmq_quant<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_iq4_nl>, 4>>(w, aq, ads, dst, s);
 }
-TANDEM_MMQ_KERNEL tandem_mma_q4_K(TANDEM_MMA_ARGS_Q) {
+TANDEM_MMQ_SB_KERNEL tandem_mma_q4_K(TANDEM_MMA_ARGS_Q) {
     tandem_mmq_quant<tandem_mmq_step<tandem_mmvw_q4_K, 8>>(w, aq, ads, dst, s);
 }
-TANDEM_MMQ_KERNEL tandem_mma_q5_K(TANDEM_MMA_ARGS_Q) {
+TANDEM_MMQ_SB_KERNEL tandem_mma_q5_K(TANDEM_MMA_ARGS_Q) {
     tandem_mmq_quant<tandem_mmq_step<tandem_mmvw_q5_K, 8>>(w, aq, ads, dst, s);
+}
+TANDEM_MMQ_SB_KERNEL tandem_mma_q2_K(TANDEM_MMA_ARGS_Q) {
+    tandem_mmq_quant<tandem_mmq_step<tandem_mmvw_q2_K, 8>>(w, aq, ads, dst, s);
+}
+TANDEM_MMQ_SB_KERNEL tandem_mma_q3_K(TANDEM_MMA_ARGS_Q) {
+    tandem_mmq_quant<tandem_mmq_step<tandem_mmvw_q3_K, 8>>(w, aq, ads, dst, s);
+}
+TANDEM_MMQ_SB_KERNEL tandem_mma_q6_K(TANDEM_MMA_ARGS_Q) {
+    tandem_mmq_quant<tandem_mmq_step<tandem_mmvw_q6_K, 8>>(w, aq, ads, dst, s);
 }
 TANDEM_MMQ_KERNEL tandem_mmid_mma_q4_0(TANDEM_MMID_ARGS) {
     tandem_mmid_mmq<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q4_0>, 4>>(w, aq, ads, counts, lists, dst, s);
@@ -2037,11 +2162,20 @@ TANDEM_MMQ_KERNEL tandem_mmid_mma_q8_0(TANDEM_MMID_ARGS) {
 TANDEM_MMQ_KERNEL tandem_mmid_mma_iq4_nl(TANDEM_MMID_ARGS) {
     tandem_mmid_mmq<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_iq4_nl>, 4>>(w, aq, ads, counts, lists, dst, s);
 }
-TANDEM_MMQ_KERNEL tandem_mmid_mma_q4_K(TANDEM_MMID_ARGS) {
+TANDEM_MMQ_SB_KERNEL tandem_mmid_mma_q4_K(TANDEM_MMID_ARGS) {
     tandem_mmid_mmq<tandem_mmq_step<tandem_mmvw_q4_K, 8>>(w, aq, ads, counts, lists, dst, s);
 }
-TANDEM_MMQ_KERNEL tandem_mmid_mma_q5_K(TANDEM_MMID_ARGS) {
+TANDEM_MMQ_SB_KERNEL tandem_mmid_mma_q5_K(TANDEM_MMID_ARGS) {
     tandem_mmid_mmq<tandem_mmq_step<tandem_mmvw_q5_K, 8>>(w, aq, ads, counts, lists, dst, s);
+}
+TANDEM_MMQ_SB_KERNEL tandem_mmid_mma_q2_K(TANDEM_MMID_ARGS) {
+    tandem_mmid_mmq<tandem_mmq_step<tandem_mmvw_q2_K, 8>>(w, aq, ads, counts, lists, dst, s);
+}
+TANDEM_MMQ_SB_KERNEL tandem_mmid_mma_q3_K(TANDEM_MMID_ARGS) {
+    tandem_mmid_mmq<tandem_mmq_step<tandem_mmvw_q3_K, 8>>(w, aq, ads, counts, lists, dst, s);
+}
+TANDEM_MMQ_SB_KERNEL tandem_mmid_mma_q6_K(TANDEM_MMID_ARGS) {
+    tandem_mmid_mmq<tandem_mmq_step<tandem_mmvw_q6_K, 8>>(w, aq, ads, counts, lists, dst, s);
 }
 #define TANDEM_MMV_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_MMV_THREADS)
 TANDEM_MMV_KERNEL tandem_mmv_q4_0(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmvw_q4_0>(w, aq, ads, dst, s); }

@@ -210,10 +210,10 @@ mod tests {
     use super::super::matmul_launch::{
         convert_config, entries, gemm_config, gemv_act_bytes, gemv_config, gemv_fuses_quantize, gemv_shared_bytes,
         gemv_stages, gemv_waves, has_mma, has_wgmma, mma_config, mma_entry, mma_tile, mmid_grouped_bytes,
-        mmid_mma_config, mmid_mma_entry, mmv_config, mmv_entry, mmv_fits, mmv_shared_bytes, quantize_config,
-        rows_per_wave, wgmma_config, wgmma_entry, wgmma_fits, wgmma_shared_bytes, wgmma_takes, wgmmq_config,
-        wgmmq_entry, wgmmq_fits, wgmmq_shared_bytes, GEMM_FAMILY, GEMV_FAMILY, GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES,
-        MMA_COPY_VALUES,
+        mmid_mma_config, mmid_mma_entry, mmq_shared_bytes, mmv_config, mmv_entry, mmv_fits, mmv_shared_bytes,
+        quantize_config, rows_per_wave, wgmma_config, wgmma_entry, wgmma_fits, wgmma_shared_bytes, wgmma_takes,
+        wgmmq_config, wgmmq_entry, wgmmq_fits, wgmmq_shared_bytes, GEMM_FAMILY, GEMV_FAMILY, GEMV_FLOAT_ROWS,
+        GEMV_FUSED_ACT_BYTES, MMA_COPY_VALUES,
     };
     use super::*;
     use crate::gpu::api::DevicePtr;
@@ -404,16 +404,17 @@ mod tests {
             assert!(e.iter().all(|n| n.contains(ty.name())));
         }
         assert!(entries(ElemType::Q8K).is_none());
-        // Tensor-core GEMM: sm_80 and newer, f16 and the 32-value-group quantized types.
+        // Tensor-core GEMM: sm_80 and newer, f16 and every quantized type.
         assert!(has_mma("sm_80") && has_mma("sm_90") && has_mma("sm_90a") && has_mma("sm_120"));
         assert!(!has_mma("sm_75") && !has_mma("gfx1100") && !has_mma("") && !has_mma("sm_x"));
+        let mma_src = tandem_kernels_hip::find("mma").unwrap();
         for ty in TYPES {
-            let want = !matches!(
-                ty,
-                ElemType::F32 | ElemType::BF16 | ElemType::Q2K | ElemType::Q3K | ElemType::Q6K
-            );
+            let want = !matches!(ty, ElemType::F32 | ElemType::BF16);
             assert_eq!(mma_entry(ty).is_some(), want, "{ty}");
             assert_eq!(mmid_mma_entry(ty).is_some(), want && ty != ElemType::F16, "{ty}");
+            for e in [mma_entry(ty), mmid_mma_entry(ty)].into_iter().flatten() {
+                assert!(mma_src.entries.contains(&e), "{e}");
+            }
         }
     }
 
@@ -632,6 +633,21 @@ mod tests {
                 let (threads, tm, tn) = mma_tile(ty);
                 assert!(threads as i64 * 4 <= tm * tn && tm % 16 == 0 && tn % 16 == 0, "{ty}");
             }
+        }
+        // The int8 tiles' two stages: 64 weight rows (q4_0: four 18-byte blocks, 72 bytes in rows
+        // of 5 units; q4_K: a 144-byte superblock, rows of 9; q6_K: 210 bytes in windows of 14
+        // units, rows of 15; q2_K: 84 bytes in windows of 7), 64 activation rows of the step's
+        // values plus 16 bytes, the pairs of its groups.
+        let acts = |groups: u32| 64 * (32 * groups + 16) + groups * 64 * 8;
+        assert_eq!(mmq_shared_bytes(ElemType::Q4_0), 2 * (64 * 80 + acts(4)));
+        assert_eq!(mmq_shared_bytes(ElemType::Q4K), 2 * (64 * 144 + acts(8)));
+        assert_eq!(mmq_shared_bytes(ElemType::Q6K), 2 * (64 * 240 + acts(8)));
+        assert_eq!(mmq_shared_bytes(ElemType::Q2K), 2 * (64 * 112 + acts(8)));
+        assert_eq!(mmq_shared_bytes(ElemType::F16), 0);
+        for ty in TYPES.into_iter().filter(|t| t.is_quantized()) {
+            // Three superblock tiles (plus the driver's 1 KiB each) fit a Hopper SM's 228 KiB,
+            // as `TANDEM_MMQ_SB_KERNEL`'s launch bounds assume.
+            assert!(3 * (mmq_shared_bytes(ty) + 1024) <= 228 * 1024, "{ty}");
         }
         // Decode-sized batches and huge expert counts keep the GEMV form.
         assert_eq!(mmid_grouped_bytes(&MulMatIdShape { n_tokens: 8, ..s }), None);

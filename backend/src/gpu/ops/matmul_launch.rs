@@ -17,9 +17,9 @@
 //! - `tandem_mma_<type>` (NVIDIA sm_80+, see [`mma_entry`] and [`mma_tile`]): int8 mma on the
 //!   q8_1 copy of src1 for weights in 32-value groups, f16 mma on an f16 copy of src1
 //!   (`tandem_mma_f16_copy`) for f16 weights; grid (ceil(n / tile n), ceil(m / tile m),
-//!   batches). Int8 (32-value block types, q4_K, q5_K): block 128, 64 x 64 tiles, k steps (four
-//!   32-value blocks, or one q4_K / q5_K superblock) in flight through cp.async, dynamic shared
-//!   memory [`mmq_shared_bytes`]; f16: block 256, 128 x 64 tiles.
+//!   batches). Int8 (32-value block types, q2_K .. q6_K): block 128, 64 x 64 tiles, k steps
+//!   (four 32-value blocks, or one superblock) in flight through cp.async, dynamic shared memory
+//!   [`mmq_shared_bytes`]; f16: block 256, 128 x 64 tiles.
 //! - `tandem_wgmma_<type>` (NVIDIA sm_90, see [`wgmma_takes`]): f16 and the 32-value block types
 //!   on the f16 copy of src1 with warpgroup mma; block 256 (two warpgroups), 128 x 256 tiles,
 //!   grid (ceil(n / 256), ceil(m / 128), batches), dynamic shared memory [`wgmma_shared_bytes`].
@@ -62,8 +62,7 @@ pub const WGMMQ_THREADS: u32 = 512;
 pub const WGMMQ_TILE_M: i64 = 128;
 pub const WGMMQ_TILE_N: i64 = 128;
 pub const WGMMQ_STAGES: i64 = 4;
-/// The same for the pipelined int8 GEMM of the 32-value block types, q4_K and q5_K
-/// (`TANDEM_MMQ_*`).
+/// The same for the pipelined int8 GEMM of the quantized types (`TANDEM_MMQ_*`).
 pub const MMQ_THREADS: u32 = 128;
 pub const MMQ_TILE_M: i64 = 64;
 pub const MMQ_TILE_N: i64 = 64;
@@ -344,8 +343,9 @@ pub fn entries(ty: ElemType) -> Option<[&'static str; 4]> {
     })
 }
 
-/// The tensor-core GEMM entry for weights of `ty`, if there is one: int8 mma for the types
-/// whose 32-value groups have one scale and offset (with q8_1 activations), f16 mma for f16.
+/// The tensor-core GEMM entry for weights of `ty`, if there is one: int8 mma on q8_1 activations
+/// for the quantized types (q2_K, q3_K and q6_K, a scale per 16 values: one mma per half group),
+/// f16 mma for f16.
 pub fn mma_entry(ty: ElemType) -> Option<&'static str> {
     Some(match ty {
         ElemType::F16 => "tandem_mma_f16",
@@ -357,6 +357,9 @@ pub fn mma_entry(ty: ElemType) -> Option<&'static str> {
         ElemType::IQ4NL => "tandem_mma_iq4_nl",
         ElemType::Q4K => "tandem_mma_q4_K",
         ElemType::Q5K => "tandem_mma_q5_K",
+        ElemType::Q2K => "tandem_mma_q2_K",
+        ElemType::Q3K => "tandem_mma_q3_K",
+        ElemType::Q6K => "tandem_mma_q6_K",
         _ => return None,
     })
 }
@@ -603,16 +606,23 @@ pub fn mma_config(ty: ElemType, s: &MulMatShape) -> LaunchConfig {
 }
 
 /// Dynamic shared memory of the int8 tiles (`tandem_mmq_smem` of mma.hip; 0 for f16 weights):
-/// two k steps of [`MMQ_TILE_M`] raw weight rows (four 32-value blocks, or one q4_K / q5_K
-/// superblock, per step) padded to an odd number of 16-byte units, [`MMQ_TILE_N`] activation
-/// rows of the step's values plus 16 bytes, and their (d, s) pairs.
+/// two k steps of [`MMQ_TILE_M`] raw weight rows (four 32-value blocks, or one superblock, per
+/// step; the 84-, 110- and 210-byte superblocks of q2_K, q3_K and q6_K start 4- or 2-byte aligned
+/// and take the 16-byte units around them, up to 14 bytes before) padded to an odd number of
+/// 16-byte units, [`MMQ_TILE_N`] activation rows of the step's values plus 16 bytes, and their
+/// (d, s) pairs.
 pub fn mmq_shared_bytes(ty: ElemType) -> u32 {
     if !ty.is_quantized() {
         return 0;
     }
     let groups: i64 = if ty.block_size() == 32 { 4 } else { 8 };
     let step = ty.row_size(groups * 32).unwrap_or(0) as i64;
-    let pad = (((step + 15) / 16) | 1) * 16;
+    let units = if step % 8 == 0 {
+        (step + 15) / 16
+    } else {
+        (step + 14 + 15) / 16
+    };
+    let pad = (units | 1) * 16;
     (2 * (MMQ_TILE_M * pad + MMQ_TILE_N * (groups * 32 + 16) + groups * MMQ_TILE_N * 8)) as u32
 }
 
@@ -1088,6 +1098,9 @@ pub fn mmid_mma_entry(ty: ElemType) -> Option<&'static str> {
         ElemType::IQ4NL => "tandem_mmid_mma_iq4_nl",
         ElemType::Q4K => "tandem_mmid_mma_q4_K",
         ElemType::Q5K => "tandem_mmid_mma_q5_K",
+        ElemType::Q2K => "tandem_mmid_mma_q2_K",
+        ElemType::Q3K => "tandem_mmid_mma_q3_K",
+        ElemType::Q6K => "tandem_mmid_mma_q6_K",
         _ => return None,
     })
 }
