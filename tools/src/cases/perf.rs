@@ -130,7 +130,15 @@ pub fn cases(batched: bool) -> Vec<Case> {
     }
     v.push(mul_mat(ElemType::Q4_0, 4096, 4096, 1));
     if batched {
-        for ty in [ElemType::Q4_0, ElemType::Q8_0, ElemType::F16, ElemType::Q4K] {
+        for ty in [
+            ElemType::Q4_0,
+            ElemType::Q8_0,
+            ElemType::F16,
+            ElemType::Q4K,
+            ElemType::Q6K,
+            ElemType::Q3K,
+            ElemType::Q2K,
+        ] {
             v.push(mul_mat(ty, 14336, 4096, 512));
         }
     }
