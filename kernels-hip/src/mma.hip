@@ -278,10 +278,9 @@ TANDEM_DEVICE void tandem_ldsm4(u32 (&r)[4], const u8* p) {
 // four blocks per step; tandem_mmvw_q2_K .. q6_K, a superblock per step), STEP raw bytes of a
 // row per step, and R's frag(r, g, c, lo, hi, d, m) (HALVES: frag16, mins16) for group g of the
 // step's row at r.
-// WINDOW: steps that start only 2- or 4-byte aligned within a row (the 84-, 110- and 210-byte
-// superblocks of q2_K, q3_K, q6_K, whose groups have a scale per 16 values: HALVES readers); where
-// rows are 16-byte aligned each step is copied as the 16-byte units around it and starts `lead`
-// = (step * STEP) % 16 bytes into its staged row.
+// WINDOW: steps that start only 2- or 4-byte aligned (the 84-, 110- and 210-byte superblocks of
+// q2_K, q3_K, q6_K, whose groups have a scale per 16 values: HALVES readers); each row's step is
+// copied as the 16-byte units around it and starts (its address % 16) bytes into its staged row.
 template <typename R, int G>
 struct tandem_mmq_step : R {
     static constexpr int KG = G, STEP = R::CHUNK * G / 8;
@@ -428,31 +427,26 @@ TANDEM_DEVICE void tandem_mmq_stage_acts(u8* adst, u8* ddst, const tandem_mmq_pl
 
 // Queues the plan's current k step into buffer `buf` and advances the plan. `ng`: groups of
 // the step inside k (KG but at the end; always KG for the superblock types); `al`: weight rows
-// 8-byte aligned, 16-byte with WINDOW (else plain 2-byte copies).
+// 8-byte aligned (else plain 2-byte copies; WINDOW steps need only the 2 bytes every row has).
 template <typename T>
 TANDEM_DEVICE void tandem_mmq_stage(tandem_mmq_smem<T>& sm, int buf, tandem_mmq_plan<T>& p, int ng, bool al) {
     u8* wdst = sm.w[buf] + p.wdst;
     u8* adst = sm.a[buf] + p.adst;
     u8* ddst = (u8*)&sm.ds[buf][0][0] + p.ddst;
     if constexpr (T::WINDOW) {
-        // Row t / 2 from its start; thread half h takes the 16-byte units h, h + 2, ... of the
-        // window around the step (its bytes only: nothing past the step is read).
-        const int half = threadIdx.x % 2;
+        // Row t / 2's step as the 16-byte units around it, staged from the row's start: the step
+        // begins p.w % 16 bytes in. Thread half h takes units h, h + 2, ... (the step's bytes
+        // only: nothing past it is read).
         constexpr int U = tandem_mmq_raw<T>::UNITS;
-        if (al) {
-            const int lead = (int)((u64)p.w & 15u);
-            const u8* src = p.w - lead;
+        const int half = threadIdx.x % 2;
+        const int lead = (int)((u64)p.w & 15u);
+        const u8* src = p.w - lead;
 #pragma unroll
-            for (int i = 0; i < (U + 1) / 2; ++i) {
-                const int j = 2 * i + half;
-                int n = p.wn != 0 ? T::STEP + lead - 16 * j : 0;
-                n = n < 0 ? 0 : (n > 16 ? 16 : n);
-                if (j < U) tandem_cp16(wdst + 16 * j, n > 0 ? src + 16 * j : src, n);
-            }
-        } else {
-            for (int i = half; i < T::STEP / 2; i += 2) {
-                *(u16*)(wdst + 2 * i) = p.wn != 0 ? *(const u16*)(p.w + 2 * i) : (u16)0;
-            }
+        for (int i = 0; i < (U + 1) / 2; ++i) {
+            const int j = 2 * i + half;
+            int n = p.wn != 0 ? T::STEP + lead - 16 * j : 0;
+            n = n < 0 ? 0 : (n > 16 ? 16 : n);
+            if (j < U) tandem_cp16(wdst + 16 * j, n > 0 ? src + 16 * j : src, n);
         }
         tandem_mmq_stage_acts<T>(adst, ddst, p);
     } else if (ng == T::KG && al) {
@@ -495,21 +489,21 @@ TANDEM_DEVICE void tandem_mmq_stage(tandem_mmq_smem<T>& sm, int buf, tandem_mmq_
 // One superblock step of the HALVES types (a scale per 16 values) for a warp's 16 rows against
 // the 64 columns: per group two m16n8k16 mma per column tile, one per half (the halves of the
 // m16n8k32 B fragments), their sums scaled per row and half as the tensor-core GEMV does; q2_K's
-// mins take each half's activation sums from one more mma against ones. `wrow`: the superblock
-// of row lane / 4 (row + 8 at 8 PAD bytes further), `arow`: this lane's ldmatrix row.
+// mins take each half's activation sums from one more mma against ones. `w0`, `w1`: the staged
+// superblocks of rows lane / 4 and lane / 4 + 8, `arow`: this lane's ldmatrix row.
 template <typename T>
-TANDEM_DEVICE void tandem_mmq_halves(float (&acc)[8][4], const u8* wrow, const u8* arow,
+TANDEM_DEVICE void tandem_mmq_halves(float (&acc)[8][4], const u8* w0, const u8* w1, const u8* arow,
                                      const float2 (&ds)[T::KG][TANDEM_MMQ_BN], int qc) {
-    constexpr int RP = tandem_mmq_raw<T>::PAD, AR = tandem_mmq_raw<T>::ROW;
-#pragma unroll (T::MIN ? 1 : 2)
+    constexpr int AR = tandem_mmq_raw<T>::ROW;
+#pragma unroll (T::MIN ? T::KG : 2)
     for (int gi = 0; gi < T::KG; ++gi) {
         u32 v0[2], v1[2];
         float ds0[2], ds1[2], ms0[2] = {0.0f, 0.0f}, ms1[2] = {0.0f, 0.0f};
-        T::frag16(wrow, gi, qc, v0, ds0);
-        T::frag16(wrow + 8 * RP, gi, qc, v1, ds1);
+        T::frag16(w0, gi, qc, v0, ds0);
+        T::frag16(w1, gi, qc, v1, ds1);
         if constexpr (T::MIN) {
-            T::mins16(wrow, gi, ms0);
-            T::mins16(wrow + 8 * RP, gi, ms1);
+            T::mins16(w0, gi, ms0);
+            T::mins16(w1, gi, ms1);
         }
 #pragma unroll
         for (int np = 0; np < 4; ++np) {
@@ -569,8 +563,12 @@ TANDEM_DEVICE void tandem_mmq_tile(tandem_mmq_smem<T>& sm, const u8* wb, i64 nb0
     constexpr int RP = tandem_mmq_raw<T>::PAD;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int qr = lane / 4, qc = lane % 4;
-    const bool al = (((u64)wb | (u64)nb01) & (T::WINDOW ? 15u : 7u)) == 0;
+    const bool al = (((u64)wb | (u64)nb01) & 7u) == 0;
     constexpr int AR = tandem_mmq_raw<T>::ROW;
+    // WINDOW: where the step of this lane's rows (16 warp + qr and + 8) begins in their staged
+    // windows, less st * STEP.
+    const u64 r0 = (u64)wb + (u64)((row0 + 16 * warp + qr) * nb01);
+    const int lead0 = (int)(r0 & 15u), lead1 = (int)((r0 + 8 * (u64)nb01) & 15u);
     const i64 steps = (k / 32 + T::KG - 1) / T::KG;
     float acc[8][4];
 #pragma unroll
@@ -594,7 +592,9 @@ TANDEM_DEVICE void tandem_mmq_tile(tandem_mmq_smem<T>& sm, const u8* wb, i64 nb0
         // ldmatrix rows of this lane: column 16 np + (lane % 8) + 8 (lane / 16), byte 16 (lane / 8 % 2).
         const u8* arow = sm.a[buf] + ((lane % 8) + 8 * (lane / 16)) * AR + 16 * ((lane / 8) % 2);
         if constexpr (T::HALVES) {
-            tandem_mmq_halves<T>(acc, wrow + (al ? (int)((st * T::STEP) % 16) : 0), arow, sm.ds[buf], qc);
+            const int o = (int)((st * T::STEP) % 16);
+            tandem_mmq_halves<T>(acc, wrow + ((lead0 + o) & 15), wrow + 8 * RP + ((lead1 + o) & 15), arow,
+                                 sm.ds[buf], qc);
         } else {
 #pragma unroll
         for (int gi = 0; gi < T::KG; ++gi) {

@@ -102,10 +102,10 @@ pub fn cases(v: &mut Vec<Case>) {
         // reused), broadcast batches and permuted activations at prefill width.
         v.push(mul_mat(ty, 129, 256, 300, [1, 1], [1, 1]));
         v.push(mul_mat(ty, 129, 1024, 40, [1, 1], [1, 1]));
-        // The int8 tiles copy the 84-, 110- and 210-byte superblocks of q2_K, q3_K and q6_K as the
-        // 16-byte units around them where rows are 16-byte aligned (rows of 2048 values; shorter
-        // ones are copied in 2-byte pieces): partial tiles, broadcast batches, and grouped
-        // MUL_MAT_ID.
+        // The int8 tiles copy each row's 84-, 110- or 210-byte superblock of q2_K, q3_K and q6_K
+        // as the 16-byte units around it, where it starts at any even offset (rows of 256, 512,
+        // 1024 and 1280 values above: rows 2-, 4-, 8-byte aligned); rows of 2048 values are
+        // 16-byte aligned: partial tiles, broadcast batches, and grouped MUL_MAT_ID.
         if ty.block_size() == 256 {
             v.push(mul_mat(ty, 129, 2048, 65, [1, 1], [1, 1]));
             v.push(mul_mat(ty, 33, 2048, 16, [2, 2], [3, 2]));

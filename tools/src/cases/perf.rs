@@ -141,6 +141,9 @@ pub fn cases(batched: bool) -> Vec<Case> {
         ] {
             v.push(mul_mat(ty, 14336, 4096, 512));
         }
+        // The FFN down projection of a 13B-class model in q6_K: rows of 54 superblocks, 4-byte
+        // aligned (the int8 tiles' 4-byte copy windows).
+        v.push(mul_mat(ElemType::Q6K, 5120, 13824, 512));
     }
     v.push(mul_mat_id(ElemType::Q4_0, 768, 2048, 128, 8, 1));
     if batched {
