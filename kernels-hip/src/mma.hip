@@ -922,7 +922,7 @@ struct tandem_mmv_stage {
 template <typename T>
 struct tandem_mmv_plan {
     const u8* w;        // row lane / 4, unit lane % 4
-    const u8* wb;       // any valid 16-byte-aligned address
+    const u8* wb;       // any valid 16-byte-aligned address (for copies of no bytes)
     const char* a;
     const char* d;
     i64 rstep;          // eight rows
@@ -945,8 +945,11 @@ TANDEM_DEVICE tandem_mmv_plan<T> tandem_mmv_make_plan(const u8* wb, i64 nb01, i6
 #pragma unroll
     for (int i = 0; i < 4; ++i) p.rows |= row0 + col + 8 * i < m ? 1 << i : 0;
     p.w = wb + (row0 + col) * nb01 + c0 * T::CHUNK + 16 * q;
-    p.lead = (int)(c0 * T::CHUNK % 16);
-    p.wb = wb;
+    // Chunks of whole 16-byte units start 16-byte aligned (the launcher sends only such rows).
+    p.lead = T::CHUNK % 16 == 0 ? 0 : (int)((u64)p.w & 15u);
+    // Valid and 16-byte aligned: the weights where their rows are (chunks of whole units), else
+    // the q8_1 copy's start.
+    p.wb = T::CHUNK % 16 == 0 ? wb : (const u8*)aq;
     p.rstep = 8 * nb01;
     const int ac = lane / 16, au = lane % 16, dc = lane / 8, dg = lane % 8;
     p.cols = 0;
@@ -1023,6 +1026,9 @@ TANDEM_DEVICE void tandem_mmv_rows(const u8* wb, i64 nb01, i64 m, i64 k, const c
     extern __shared__ __align__(16) u8 tandem_mmv_smem[];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int qr = lane / 4, qc = lane % 4;
+    // Where the chunks of row qr begin in their 16-byte windows, less c * CHUNK; the same for every
+    // row 8 apart (nb01 is even), so for all rows this lane copies and reads.
+    const int lead_qr = (int)(((u64)wb + (u64)(qr * nb01)) & 15u);
     u8* ring = tandem_mmv_smem + warp * S::STAGES * S::BYTES;
     // Warps 1..'s partial sums of a tile ([warp - 1][row][column] floats), after the rings.
     float* part = (float*)(tandem_mmv_smem + TANDEM_MMV_WARPS * S::STAGES * S::BYTES);
@@ -1073,7 +1079,7 @@ TANDEM_DEVICE void tandem_mmv_rows(const u8* wb, i64 nb01, i64 m, i64 k, const c
             const u8* arow = st + S::W + qr * TANDEM_MMV_AROW + 4 * qc;
             if constexpr (T::HALVES) {
                 // The chunk's superblock starts `lead` bytes into each staged row (as copied).
-                const int lead = (int)(c % 16) * (T::CHUNK % 16) % 16;
+                const int lead = (lead_qr + (int)(c % 16) * (T::CHUNK % 16)) % 16;
 #pragma unroll
                 for (int g = 0; g < TANDEM_MMV_GROUPS; ++g) {
                     // b0, b1: values 4 qc .. and 16 + 4 qc .. of column qr's group: the B

@@ -123,6 +123,8 @@ pub fn cases(batched: bool) -> Vec<Case> {
         v.push(mul_mat(ElemType::Q4_0, m, 4096, 8));
     }
     v.push(mul_mat(ElemType::Q4K, 4096, 14336, 8));
+    // ... and in q6_K with rows that are not 16-byte aligned (13B-class, 54 superblocks).
+    v.push(mul_mat(ElemType::Q6K, 5120, 13824, 8));
     v.push(mul_mat(ElemType::Q6K, 32000, 4096, 1));
     // Narrow GEMVs (attention projections, small models): too few rows to fill a big GPU.
     for m in [1024, 2048, 3072] {
@@ -142,7 +144,7 @@ pub fn cases(batched: bool) -> Vec<Case> {
             v.push(mul_mat(ty, 14336, 4096, 512));
         }
         // The FFN down projection of a 13B-class model in q6_K: rows of 54 superblocks, 4-byte
-        // aligned (the int8 tiles' 4-byte copy windows).
+        // aligned.
         v.push(mul_mat(ElemType::Q6K, 5120, 13824, 512));
     }
     v.push(mul_mat_id(ElemType::Q4_0, 768, 2048, 128, 8, 1));

@@ -584,6 +584,16 @@ mod tests {
             "batch base off"
         );
         assert!(!mmv_fits(ElemType::BF16, at, &few) && !mmv_fits(ElemType::F16, at, &few));
+        // q6_K rows of 5120 values (20 superblocks, 4200 bytes: 8-byte aligned) at a 2-byte base.
+        let q6 = MulMatShape {
+            k: 5120,
+            nb01: 4200,
+            nb02: 4200 * few.m,
+            nb03: 4200 * few.m,
+            ..few
+        };
+        assert!(mmv_fits(ElemType::Q6K, DevicePtr((1 << 20) + 2), &q6));
+        assert!(!mmv_fits(ElemType::Q4K, at, &MulMatShape { nb01: 4200, ..few }));
         // Block 128 taking every grid.x-th tile of 32 rows, two blocks per compute unit over all
         // batches (448 tiles on 132 SMs: 264 blocks); q4_0: four warps x three stages of 32 rows x
         // 144 bytes, eight 272-byte activation columns and 64 pairs, then 32 x 8 partial sums

@@ -534,14 +534,21 @@ pub const MMV_SWITCH: &str = "hip.mma.mmv";
 
 /// Whether weights of `ty` at `base` with shape `s` can take the tensor-core GEMV: from
 /// [`MMV_MIN_COLUMNS`] to 8 columns; it copies weight rows in 16-byte units of eight 32-value
-/// groups, so rows and batch bases must be 16-byte aligned; k is whole groups (a last, partial
-/// chunk of groups is copied in part).
+/// groups, so rows and batch bases must be 16-byte aligned (q2_K, q3_K and q6_K, whose chunks
+/// start at any even offset, are copied as the 16-byte units around each row's chunk: 2 bytes,
+/// which their rows always are); k is whole groups (a last, partial chunk of groups is copied
+/// in part).
 pub fn mmv_fits(ty: ElemType, base: DevicePtr, s: &MulMatShape) -> bool {
+    let align = if matches!(ty, ElemType::Q2K | ElemType::Q3K | ElemType::Q6K) {
+        2
+    } else {
+        16
+    };
     mmv_entry(ty).is_some()
         && (MMV_MIN_COLUMNS..=GEMV_MAX_COLUMNS).contains(&s.n)
         && s.k > 0
         && s.k % 32 == 0
-        && (base.0 as i64 | s.nb01 | s.nb02 | s.nb03) % 16 == 0
+        && (base.0 as i64 | s.nb01 | s.nb02 | s.nb03) % align == 0
 }
 
 /// Shared bytes of one warp's stage of the tensor-core GEMV for `ty` and the stages per warp
