@@ -488,7 +488,8 @@ TANDEM_DEVICE void tandem_mmq_stage(tandem_mmq_smem<T>& sm, int buf, tandem_mmq_
 #if defined(TANDEM_MMA_ENABLED)
 // One superblock step of the HALVES types (a scale per 16 values) for a warp's 16 rows against
 // the 64 columns: per group two m16n8k16 mma per column tile, one per half (the halves of the
-// m16n8k32 B fragments), their sums scaled per row and half as the tensor-core GEMV does; q2_K's
+// m16n8k32 B fragments), their sums scaled per row and half (the first straight from the mma's
+// f32 form in one fma, the same value the tensor-core GEMV computes in two steps); q2_K's
 // mins take each half's activation sums from one more mma against ones. `w0`, `w1`: the staged
 // superblocks of rows lane / 4 and lane / 4 + 8, `arow`: this lane's ldmatrix row.
 template <typename T>
@@ -505,6 +506,9 @@ TANDEM_DEVICE void tandem_mmq_halves(float (&acc)[8][4], const u8* w0, const u8*
             T::mins16(w0, gi, ms0);
             T::mins16(w1, gi, ms1);
         }
+        // -12582912 times the first half's scale of each row: exact (d * sc has at most 19
+        // significant bits), so fmaf(scale, R, nm) is scale * sum rounded once.
+        const float nm0 = -12582912.0f * ds0[0], nm1 = -12582912.0f * ds1[0];
 #pragma unroll
         for (int np = 0; np < 4; ++np) {
             u32 fb[4];
@@ -540,9 +544,9 @@ TANDEM_DEVICE void tandem_mmq_halves(float (&acc)[8][4], const u8* w0, const u8*
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const float* dr = e < 2 ? ds0 : ds1;
-                    const float s0 = __int_as_float(ci[0][e]) - 12582912.0f;
+                    const float t0 = fmaf(dr[0], __int_as_float(ci[0][e]), e < 2 ? nm0 : nm1);
                     const float s1 = __int_as_float(ci[1][e]) - 12582912.0f;
-                    float in = fmaf(dr[1], s1, dr[0] * s0);
+                    float in = fmaf(dr[1], s1, t0);
                     if constexpr (T::MIN) {
                         const float* mr = e < 2 ? ms0 : ms1;
                         in = fmaf(-mr[1], as[1][e & 1], fmaf(-mr[0], as[0][e & 1], in));
