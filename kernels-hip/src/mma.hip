@@ -436,7 +436,8 @@ TANDEM_DEVICE void tandem_mmq_stage(tandem_mmq_smem<T>& sm, int buf, tandem_mmq_
     if constexpr (T::WINDOW) {
         // Row t / 2's step as the 16-byte units around it, staged from the row's start: the step
         // begins p.w % 16 bytes in. Thread half h takes units h, h + 2, ... (the step's bytes
-        // only: nothing past it is read).
+        // only: nothing past it is read; copies of no bytes name the activation pointer, valid
+        // and 16-byte aligned where the weights may not be).
         constexpr int U = tandem_mmq_raw<T>::UNITS;
         const int half = threadIdx.x % 2;
         const int lead = (int)((u64)p.w & 15u);
@@ -446,7 +447,7 @@ TANDEM_DEVICE void tandem_mmq_stage(tandem_mmq_smem<T>& sm, int buf, tandem_mmq_
             const int j = 2 * i + half;
             int n = p.wn != 0 ? T::STEP + lead - 16 * j : 0;
             n = n < 0 ? 0 : (n > 16 ? 16 : n);
-            if (j < U) tandem_cp16(wdst + 16 * j, n > 0 ? src + 16 * j : src, n);
+            if (j < U) tandem_cp16(wdst + 16 * j, n > 0 ? src + 16 * j : (const u8*)p.a, n);
         }
         tandem_mmq_stage_acts<T>(adst, ddst, p);
     } else if (ng == T::KG && al) {
