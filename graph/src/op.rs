@@ -129,7 +129,7 @@ impl std::fmt::Display for Op {
     }
 }
 
-/// ggml's `enum ggml_unary_op` (op_params[0] of a UNARY node).
+/// ggml's `enum ggml_unary_op` (`op_params[0]` of a UNARY node).
 #[repr(i32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum UnaryOp {
@@ -201,7 +201,7 @@ impl UnaryOp {
     }
 }
 
-/// ggml's `enum ggml_glu_op` (op_params[0] of a GLU node).
+/// ggml's `enum ggml_glu_op` (`op_params[0]` of a GLU node).
 #[repr(i32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum GluOp {

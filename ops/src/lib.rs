@@ -5,7 +5,7 @@
 //! - [`vecdot`]: dot products of a weight row with an activation row quantized the way ggml does
 //!   (q8_0 / q8_1 / q8_K), SIMD chosen once at start.
 //! - [`cpu`]: the fallback: one module per op family, multi-threaded on a persistent pool.
-//! - [`reference`]: slow, obviously-correct scalar implementations that tests and the op harness
+//! - [`mod@reference`]: slow, obviously-correct scalar implementations that tests and the op harness
 //!   compare every device against.
 
 pub mod cpu;

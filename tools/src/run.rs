@@ -119,7 +119,8 @@ pub fn run_case(dev: &Device, case: &Case, seed: u64) -> Outcome {
     run_case_stats(dev, case, seed).0
 }
 
-/// [`run_case`] with the device's statistics of the run, when it ran.
+/// Builds, fills and runs one case on `dev` and on the reference, and judges the output, with
+/// the device's statistics of the run, when it ran.
 fn run_case_stats(dev: &Device, case: &Case, seed: u64) -> (Outcome, Option<GraphStats>) {
     match run_case_inner(dev, case, seed) {
         Ok((o, s)) => (o, s),

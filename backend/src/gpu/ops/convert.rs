@@ -31,7 +31,7 @@ pub struct GetRowsShape {
     pub nbi: [i64; 4],
     /// dst byte strides.
     pub nbd: [i64; 4],
-    /// src0.ne[1]: the valid indices are `0..rows`.
+    /// `src0.ne[1]`: the valid indices are `0..rows`.
     pub rows: i64,
 }
 const _: () = assert!(std::mem::size_of::<GetRowsShape>() == 136);

@@ -666,7 +666,7 @@ pub fn gemv_waves(warp_size: u32) -> i64 {
 }
 
 /// Rows each GEMV wave walks for `rows` rows (over all batches or slots): as many as it takes
-/// for the grid to hold about [`GEMV_BLOCKS_PER_UNIT`] blocks per SM/CU (the blocks stride over
+/// for the grid to hold about `GEMV_BLOCKS_PER_UNIT` blocks per SM/CU (the blocks stride over
 /// the rows, so the grid always works on one compact stretch of the matrix, and each block
 /// quantizes its activations once for all its rows).
 pub fn rows_per_wave(rows: i64, waves: i64, units: u32) -> i64 {
@@ -844,7 +844,7 @@ unsafe fn f16_q8_src1(ctx: &LaunchCtx<'_>, src1: &Tensor) -> Result<DevicePtr, K
 }
 
 /// Weight types whose CPU dot products quantize activations to q8_0 or q8_1 (32-value blocks,
-/// f16 scale), which [`round_src1`] reproduces.
+/// f16 scale), which `round_src1` reproduces.
 pub fn rounds_activations(ty: ElemType) -> bool {
     matches!(tandem_ops::vecdot::vec_dot_type(ty), ElemType::Q8_0 | ElemType::Q8_1) && ty.is_quantized()
 }

@@ -1,5 +1,5 @@
 //! ROPE registrations (`kernels-hip/src/rope.hip`): normal and neox modes, frequency factors,
-//! YaRN, partial rotation with ggml's rotation offset (op_params[15]), f32 or f16 rows with any
+//! YaRN, partial rotation with ggml's rotation offset (`op_params[15]`), f32 or f16 rows with any
 //! element-aligned strides, in place. Multi-section and vision modes are declined (the CPU op
 //! refuses them too). The YaRN ramp ends are computed here exactly as tandem's CPU op computes
 //! them (in f32: their floor/ceil make the rounding matter).

@@ -105,7 +105,7 @@ pub fn row_block(ne0: i64) -> u32 {
     want.next_power_of_two()
 }
 
-/// One block per row of extents `ne` (rows = dims 1..3), capped at [`MAX_GRID`] blocks.
+/// One block per row of extents `ne` (rows = dims 1..3), capped at `MAX_GRID` blocks.
 pub fn row_launch(ne: [i64; 4], block: u32, shared_bytes: u32) -> LaunchConfig {
     let rows = ne[1].max(1).saturating_mul(ne[2].max(1)).saturating_mul(ne[3].max(1));
     LaunchConfig {

@@ -160,7 +160,7 @@ pub fn set_rows_shape(a: &Tensor, idx: &Tensor, dst: &Tensor) -> Option<SetRowsS
     })
 }
 
-/// A 1-D grid of 256-thread blocks over `items` work items, capped at [`MAX_GRID`] blocks.
+/// A 1-D grid of 256-thread blocks over `items` work items, capped at `MAX_GRID` blocks.
 pub fn flat_launch_config(items: i64) -> LaunchConfig {
     let gx = ((items.max(1) + BLOCK as i64 - 1) / BLOCK as i64).clamp(1, MAX_GRID);
     LaunchConfig {
