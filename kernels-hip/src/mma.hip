@@ -621,11 +621,18 @@ TANDEM_DEVICE void tandem_mmq_tile(tandem_mmq_smem<T>& sm, const u8* wb, i64 nb0
                         : "=r"(ci[0]), "=r"(ci[1]), "=r"(ci[2]), "=r"(ci[3])
                         : "r"(fa[0]), "r"(fa[1]), "r"(fa[2]), "r"(fa[3]), "r"(fb[2 * h]), "r"(fb[2 * h + 1]),
                           "r"(0x4B400000));
+                    // d_a * sum in one fma from the f32 form R = 12582912 + sum: -12582912 d_a is
+                    // exact (d_a has an f16's bits), so the fma rounds d_a * sum once.
+                    const float n0 = -12582912.0f * sc.x, n1 = -12582912.0f * sc.z;
+                    const float t0 = fmaf(sc.x, __int_as_float(ci[0]), n0);
+                    const float t1 = fmaf(sc.z, __int_as_float(ci[1]), n1);
+                    const float t2 = fmaf(sc.x, __int_as_float(ci[2]), n0);
+                    const float t3 = fmaf(sc.z, __int_as_float(ci[3]), n1);
                     float* a = acc[nt];
-                    a[0] = fmaf(d0 * sc.x, __int_as_float(ci[0]) - 12582912.0f, a[0]);
-                    a[1] = fmaf(d0 * sc.z, __int_as_float(ci[1]) - 12582912.0f, a[1]);
-                    a[2] = fmaf(d1 * sc.x, __int_as_float(ci[2]) - 12582912.0f, a[2]);
-                    a[3] = fmaf(d1 * sc.z, __int_as_float(ci[3]) - 12582912.0f, a[3]);
+                    a[0] = fmaf(d0, t0, a[0]);
+                    a[1] = fmaf(d0, t1, a[1]);
+                    a[2] = fmaf(d1, t2, a[2]);
+                    a[3] = fmaf(d1, t3, a[3]);
                     if (T::MIN) {
                         a[0] = fmaf(m0, sc.y, a[0]);
                         a[1] = fmaf(m0, sc.w, a[1]);
