@@ -256,6 +256,34 @@ TANDEM_DEVICE void tandem_ldsm4(u32 (&r)[4], const u8* p) {
 #endif
 }
 
+#if defined(TANDEM_MMA_ENABLED)
+// Int8 mma whose int32 sums start from 0x4B400000, so each, read as f32, is 12582912 + sum
+// exactly (|sum| < 2^22; tandem_imma_f32 gives the sum): m16n8k32 over a 32-value group (A: rows
+// r, r + 8 of values 4 c .. and 16 + 4 c ..; B: the two halves' registers) ...
+TANDEM_DEVICE void tandem_imma32(int (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%10, %10, %10, %10};"
+        : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0x4B400000));
+}
+// ... and m16n8k16 over one half of a group (A: rows r, r + 8).
+TANDEM_DEVICE void tandem_imma16(int (&c)[4], u32 a0, u32 a1, u32 b) {
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+        "{%7, %7, %7, %7};"
+        : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+        : "r"(a0), "r"(a1), "r"(b), "r"(0x4B400000));
+}
+TANDEM_DEVICE float tandem_imma_f32(int c) { return __int_as_float(c) - 12582912.0f; }
+// The sums of B's int8 values over one half group, for its columns 2 (lane % 4) and + 1: an
+// m16n8k16 against ones (exact, as the others).
+TANDEM_DEVICE void tandem_imma_sums16(u32 b, float& s0, float& s1) {
+    int c[4];
+    tandem_imma16(c, 0x01010101u, 0x01010101u, b);
+    s0 = tandem_imma_f32(c[0]);
+    s1 = tandem_imma_f32(c[1]);
+}
+#endif
+
 // ---------------------------------------------------------------- integer path, 32-value blocks
 // Weights whose blocks are single 32-value groups (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl), and
 // the superblock types (q2_K .. q6_K) a superblock at a time. Block = 128 threads (four warps),
@@ -520,24 +548,11 @@ TANDEM_DEVICE void tandem_mmq_halves(float (&acc)[8][4], const u8* w0, const u8*
                 const float4 sc = *(const float4*)&ds[gi][8 * nt + 2 * qc];
                 int ci[2][4];
 #pragma unroll
-                for (int x = 0; x < 2; ++x) {
-                    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
-                        "{%7, %7, %7, %7};"
-                        : "=r"(ci[x][0]), "=r"(ci[x][1]), "=r"(ci[x][2]), "=r"(ci[x][3])
-                        : "r"(v0[x]), "r"(v1[x]), "r"(fb[2 * h + x]), "r"(0x4B400000));
-                }
+                for (int x = 0; x < 2; ++x) tandem_imma16(ci[x], v0[x], v1[x], fb[2 * h + x]);
                 float as[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
                 if constexpr (T::MIN) {
 #pragma unroll
-                    for (int x = 0; x < 2; ++x) {
-                        int cs[4];
-                        asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %4}, {%5}, "
-                            "{%6, %6, %6, %6};"
-                            : "=r"(cs[0]), "=r"(cs[1]), "=r"(cs[2]), "=r"(cs[3])
-                            : "r"(0x01010101u), "r"(fb[2 * h + x]), "r"(0x4B400000));
-                        as[x][0] = __int_as_float(cs[0]) - 12582912.0f;
-                        as[x][1] = __int_as_float(cs[1]) - 12582912.0f;
-                    }
+                    for (int x = 0; x < 2; ++x) tandem_imma_sums16(fb[2 * h + x], as[x][0], as[x][1]);
                 }
                 // Row r, column j: acc += d_a,j * (d sc0_r * sum0 + d sc1_r * sum1
                 //                                  [- mn0_r * asum0_j - mn1_r * asum1_j]).
@@ -546,8 +561,7 @@ TANDEM_DEVICE void tandem_mmq_halves(float (&acc)[8][4], const u8* w0, const u8*
                 for (int e = 0; e < 4; ++e) {
                     const float* dr = e < 2 ? ds0 : ds1;
                     const float t0 = fmaf(dr[0], __int_as_float(ci[0][e]), e < 2 ? nm0 : nm1);
-                    const float s1 = __int_as_float(ci[1][e]) - 12582912.0f;
-                    float in = fmaf(dr[1], s1, t0);
+                    float in = fmaf(dr[1], tandem_imma_f32(ci[1][e]), t0);
                     if constexpr (T::MIN) {
                         const float* mr = e < 2 ? ms0 : ms1;
                         in = fmaf(-mr[1], as[1][e & 1], fmaf(-mr[0], as[0][e & 1], in));
@@ -616,11 +630,7 @@ TANDEM_DEVICE void tandem_mmq_tile(tandem_mmq_smem<T>& sm, const u8* wb, i64 nb0
                     const int nt = 2 * np + h;
                     const float4 sc = *(const float4*)&sm.ds[buf][gi][8 * nt + 2 * qc];
                     int ci[4];
-                    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                        "{%8, %9}, {%10, %10, %10, %10};"
-                        : "=r"(ci[0]), "=r"(ci[1]), "=r"(ci[2]), "=r"(ci[3])
-                        : "r"(fa[0]), "r"(fa[1]), "r"(fa[2]), "r"(fa[3]), "r"(fb[2 * h]), "r"(fb[2 * h + 1]),
-                          "r"(0x4B400000));
+                    tandem_imma32(ci, fa[0], fa[1], fa[2], fa[3], fb[2 * h], fb[2 * h + 1]);
                     // d_a * sum in one fma from the f32 form R = 12582912 + sum: -12582912 d_a is
                     // exact (d_a has an f16's bits), so the fma rounds d_a * sum once.
                     const float n0 = -12582912.0f * sc.x, n1 = -12582912.0f * sc.z;
@@ -1103,15 +1113,7 @@ TANDEM_DEVICE void tandem_mmv_rows(const u8* wb, i64 nb01, i64 m, i64 k, const c
                     float as[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
                     if constexpr (T::MIN) {
 #pragma unroll
-                        for (int h = 0; h < 2; ++h) {
-                            int cs[4];
-                            asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %4}, {%5}, "
-                                "{%6, %6, %6, %6};"
-                                : "=r"(cs[0]), "=r"(cs[1]), "=r"(cs[2]), "=r"(cs[3])
-                                : "r"(0x01010101u), "r"(h == 0 ? b0 : b1), "r"(0x4B400000));
-                            as[h][0] = __int_as_float(cs[0]) - 12582912.0f;
-                            as[h][1] = __int_as_float(cs[1]) - 12582912.0f;
-                        }
+                        for (int h = 0; h < 2; ++h) tandem_imma_sums16(h == 0 ? b0 : b1, as[h][0], as[h][1]);
                     }
 #pragma unroll
                     for (int t = 0; t < 2; ++t) {
@@ -1125,20 +1127,14 @@ TANDEM_DEVICE void tandem_mmv_rows(const u8* wb, i64 nb01, i64 m, i64 k, const c
                         }
                         int ci[2][4];
 #pragma unroll
-                        for (int h = 0; h < 2; ++h) {
-                            asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
-                                "{%7, %7, %7, %7};"
-                                : "=r"(ci[h][0]), "=r"(ci[h][1]), "=r"(ci[h][2]), "=r"(ci[h][3])
-                                : "r"(v0[h]), "r"(v1[h]), "r"(h == 0 ? b0 : b1), "r"(0x4B400000));
-                        }
+                        for (int h = 0; h < 2; ++h) tandem_imma16(ci[h], v0[h], v1[h], h == 0 ? b0 : b1);
                         // Row r, column j: acc += d_a,j * (d sc0_r * sum0 + d sc1_r * sum1
                         //                                  [- mn0_r * asum0_j - mn1_r * asum1_j]).
                         float* a = acc[t];
 #pragma unroll
                         for (int e = 0; e < 4; ++e) {
                             const float* ds = e < 2 ? ds0 : ds1;
-                            const float s0 = __int_as_float(ci[0][e]) - 12582912.0f;
-                            const float s1 = __int_as_float(ci[1][e]) - 12582912.0f;
+                            const float s0 = tandem_imma_f32(ci[0][e]), s1 = tandem_imma_f32(ci[1][e]);
                             float in = fmaf(ds[1], s1, ds[0] * s0);
                             if constexpr (T::MIN) {
                                 const float* ms = e < 2 ? ms0 : ms1;
@@ -1162,16 +1158,13 @@ TANDEM_DEVICE void tandem_mmv_rows(const u8* wb, i64 nb01, i64 m, i64 k, const c
                     T::frag(st + (16 * t + qr) * S::PAD, g, qc, fa[0], fa[2], d0, m0);
                     T::frag(st + (16 * t + qr + 8) * S::PAD, g, qc, fa[1], fa[3], d1, m1);
                     int ci[4];
-                    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                        "{%8, %9}, {%10, %10, %10, %10};"
-                        : "=r"(ci[0]), "=r"(ci[1]), "=r"(ci[2]), "=r"(ci[3])
-                        : "r"(fa[0]), "r"(fa[1]), "r"(fa[2]), "r"(fa[3]), "r"(b0), "r"(b1), "r"(0x4B400000));
+                    tandem_imma32(ci, fa[0], fa[1], fa[2], fa[3], b0, b1);
                     // Row r, column j: acc += d_r * (d_a,j * sum + OFF * s_j) (+ m_r * s_j).
                     float* a = acc[t];
-                    a[0] = fmaf(d0, fmaf(sc.x, __int_as_float(ci[0]) - 12582912.0f, o0), a[0]);
-                    a[1] = fmaf(d0, fmaf(sc.z, __int_as_float(ci[1]) - 12582912.0f, o1), a[1]);
-                    a[2] = fmaf(d1, fmaf(sc.x, __int_as_float(ci[2]) - 12582912.0f, o0), a[2]);
-                    a[3] = fmaf(d1, fmaf(sc.z, __int_as_float(ci[3]) - 12582912.0f, o1), a[3]);
+                    a[0] = fmaf(d0, fmaf(sc.x, tandem_imma_f32(ci[0]), o0), a[0]);
+                    a[1] = fmaf(d0, fmaf(sc.z, tandem_imma_f32(ci[1]), o1), a[1]);
+                    a[2] = fmaf(d1, fmaf(sc.x, tandem_imma_f32(ci[2]), o0), a[2]);
+                    a[3] = fmaf(d1, fmaf(sc.z, tandem_imma_f32(ci[3]), o1), a[3]);
                     if (T::MIN) {
                         a[0] = fmaf(m0, sc.y, a[0]);
                         a[1] = fmaf(m0, sc.w, a[1]);

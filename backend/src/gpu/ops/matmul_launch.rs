@@ -539,16 +539,31 @@ pub const MMV_SWITCH: &str = "hip.mma.mmv";
 /// which their rows always are); k is whole groups (a last, partial chunk of groups is copied
 /// in part).
 pub fn mmv_fits(ty: ElemType, base: DevicePtr, s: &MulMatShape) -> bool {
-    let align = if matches!(ty, ElemType::Q2K | ElemType::Q3K | ElemType::Q6K) {
-        2
-    } else {
-        16
-    };
+    let align = if windowed(ty) { 2 } else { 16 };
     mmv_entry(ty).is_some()
         && (MMV_MIN_COLUMNS..=GEMV_MAX_COLUMNS).contains(&s.n)
         && s.k > 0
         && s.k % 32 == 0
         && (base.0 as i64 | s.nb01 | s.nb02 | s.nb03) % align == 0
+}
+
+/// Whether the int8 tensor-core kernels copy `ty`'s weights as the 16-byte units around each
+/// row's step (`WINDOW` in mma.hip): the 84-, 110- and 210-byte superblocks of q2_K, q3_K and
+/// q6_K start only 4- or 2-byte aligned.
+fn windowed(ty: ElemType) -> bool {
+    matches!(ty, ElemType::Q2K | ElemType::Q3K | ElemType::Q6K)
+}
+
+/// Bytes of a weight row's staged step of `bytes` in the int8 tensor-core kernels: its 16-byte
+/// units (for [`windowed`] types the units around it, up to 14 bytes before), padded to an odd
+/// number of units so that the eight rows a fragment load touches start in distinct bank quads.
+fn staged_row(ty: ElemType, bytes: i64) -> i64 {
+    let units = if windowed(ty) {
+        (bytes + 14 + 15) / 16
+    } else {
+        (bytes + 15) / 16
+    };
+    (units | 1) * 16
 }
 
 /// Shared bytes of one warp's stage of the tensor-core GEMV for `ty` and the stages per warp
@@ -559,12 +574,7 @@ pub fn mmv_fits(ty: ElemType, base: DevicePtr, s: &MulMatShape) -> bool {
 /// 208 bytes, else two.
 fn mmv_stage(ty: ElemType) -> (i64, i64) {
     let chunk = ty.row_size(MMV_GROUPS * 32).unwrap_or(0) as i64;
-    let units = if chunk % 16 == 0 {
-        chunk / 16
-    } else {
-        (chunk + 14 + 15) / 16
-    };
-    let pad = (units | 1) * 16;
+    let pad = staged_row(ty, chunk);
     let bytes = MMV_ROWS * pad + MMV_COLUMNS * (MMV_GROUPS * 32 + 16) + MMV_GROUPS * MMV_COLUMNS * 8;
     (bytes, if pad > 208 { 2 } else { 3 })
 }
@@ -624,12 +634,7 @@ pub fn mmq_shared_bytes(ty: ElemType) -> u32 {
     }
     let groups: i64 = if ty.block_size() == 32 { 4 } else { 8 };
     let step = ty.row_size(groups * 32).unwrap_or(0) as i64;
-    let units = if step % 8 == 0 {
-        (step + 15) / 16
-    } else {
-        (step + 14 + 15) / 16
-    };
-    let pad = (units | 1) * 16;
+    let pad = staged_row(ty, step);
     (2 * (MMQ_TILE_M * pad + MMQ_TILE_N * (groups * 32 + 16) + groups * MMQ_TILE_N * 8)) as u32
 }
 
