@@ -32,16 +32,6 @@ TANDEM_DEVICE float tandem_mm_half(const u8* p) {
     return tandem_f16_to_f32(*(const u16*)p);
 }
 
-TANDEM_DEVICE void tandem_mm_scale_min_k4(const u8* q, int j, int& sc, int& mn) {
-    if (j < 4) {
-        sc = q[j] & 63;
-        mn = q[j + 4] & 63;
-    } else {
-        sc = (q[j + 4] & 15) | ((q[j - 4] >> 6) << 4);
-        mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-}
-
 __constant__ i8 tandem_mm_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                               1,    13,   25,  38,  53,  69,  89,  113};
 
@@ -117,7 +107,7 @@ struct tandem_mm_q4_K {
         const int g = j >> 5, l = j & 31;
         const int q = (b[16 + 32 * (g >> 1) + l] >> (4 * (g & 1))) & 15;
         int sc, mn;
-        tandem_mm_scale_min_k4(b + 4, g, sc, mn);
+        tandem_scale_min_k4(b + 4, g, &sc, &mn);
         return tandem_mm_half(b) * (float)(sc * q) - tandem_mm_half(b + 2) * (float)mn;
     }
 };
@@ -127,7 +117,7 @@ struct tandem_mm_q5_K {
         const int g = j >> 5, l = j & 31;
         const int q = ((b[48 + 32 * (g >> 1) + l] >> (4 * (g & 1))) & 15) | (((b[16 + l] >> g) & 1) << 4);
         int sc, mn;
-        tandem_mm_scale_min_k4(b + 4, g, sc, mn);
+        tandem_scale_min_k4(b + 4, g, &sc, &mn);
         return tandem_mm_half(b) * (float)(sc * q) - tandem_mm_half(b + 2) * (float)mn;
     }
 };

@@ -77,17 +77,6 @@ TANDEM_DEVICE u32 tandem_mma_iq4nl4(u32 x) {
     return r;
 }
 
-// 6-bit scale and min j (0..7) of q4_K / q5_K.
-TANDEM_DEVICE void tandem_mma_scale_min_k4(const u8* s, int j, int& sc, int& mn) {
-    if (j < 4) {
-        sc = s[j] & 63;
-        mn = s[j + 4] & 63;
-    } else {
-        sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
-        mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-}
-
 // ---------------------------------------------------------------- helpers
 
 // Writes the block's accumulators acc[mt][nt][e] (rows r0 + 16 mt + lane / 4 (+ 8 for e >= 2),
@@ -818,7 +807,7 @@ struct tandem_mmvw_q4_K {
         lo = (*(const u32*)(qs + 4 * c) >> shift) & 0x0F0F0F0Fu;
         hi = (*(const u32*)(qs + 16 + 4 * c) >> shift) & 0x0F0F0F0Fu;
         int sc, mn;
-        tandem_mma_scale_min_k4(r + 4, g, sc, mn);
+        tandem_scale_min_k4(r + 4, g, &sc, &mn);
         d = tandem_mma_half(r) * (float)sc;
         m = -tandem_mma_half(r + 2) * (float)mn;
     }
@@ -837,7 +826,7 @@ struct tandem_mmvw_q5_K {
         lo = ((*(const u32*)(qs + 4 * c) >> shift) & 0x0F0F0F0Fu) | (h0 << 4);
         hi = ((*(const u32*)(qs + 16 + 4 * c) >> shift) & 0x0F0F0F0Fu) | (h1 << 4);
         int sc, mn;
-        tandem_mma_scale_min_k4(r + 4, g, sc, mn);
+        tandem_scale_min_k4(r + 4, g, &sc, &mn);
         d = tandem_mma_half(r) * (float)sc;
         m = -tandem_mma_half(r + 2) * (float)mn;
     }
