@@ -985,31 +985,54 @@ TANDEM_DEVICE void tandem_mmid_float(const char* w, const char* src1, const char
     tandem_mv_float_rows<T, 1, 1>(wrow, s.nb01, 1, s.k, act, 0, 1, out, 0);
 }
 
-// f32 activations to q8_1: one thread per value, 32 lanes per group (a wave64 holds two groups;
-// the xor shuffles below 32 stay inside one). Grid: x over k in 256s, y over columns.
+// f32 activations to q8_1: four consecutive values per thread (one 16-byte load where the
+// column is contiguous and aligned), eight threads per 32-value group (the xor shuffles below 8
+// stay inside a group on any wave size). Grid: x over k in 1024s, y over columns. k is a
+// multiple of 32, so a group's threads are all inside k or all past it.
+#define TANDEM_Q8_VALUES 4
 extern "C" __global__ void __launch_bounds__(256)
 tandem_quantize_q8_1(const char* src, i8* aq, float2* ads, tandem_q8_shape s) {
-    const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    const i64 i = TANDEM_Q8_VALUES * ((i64)blockIdx.x * blockDim.x + threadIdx.x);
     const i64 cols = s.ne1 * s.ne2 * s.ne3;
     const i64 groups = s.k / 32;
     for (i64 c = blockIdx.y; c < cols; c += gridDim.y) {
-        const i64 i1 = c % s.ne1, i2 = (c / s.ne1) % s.ne2, i3 = c / (s.ne1 * s.ne2);
+        // Column indices in 32 bits: the copy has at most 2^30 columns (it fits MAX_SCRATCH).
+        const u32 cc = (u32)c, n1 = (u32)s.ne1, n2 = (u32)s.ne2;
+        const char* col = src + (i64)(cc % n1) * s.nb1 + (i64)((cc / n1) % n2) * s.nb2 + (i64)(cc / (n1 * n2)) * s.nb3;
         const bool in = i < s.k;
-        const float x = in ? *(const float*)(src + i * s.nb0 + i1 * s.nb1 + i2 * s.nb2 + i3 * s.nb3) : 0.0f;
-        float amax = fabsf(x);
-        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor(amax, o));
+        float x[TANDEM_Q8_VALUES];
+        if (in && s.nb0 == 4 && ((u64)(col + i * 4) & 15u) == 0) {
+            const float4 v = *(const float4*)(col + i * 4);
+            x[0] = v.x;
+            x[1] = v.y;
+            x[2] = v.z;
+            x[3] = v.w;
+        } else {
+#pragma unroll
+            for (int e = 0; e < TANDEM_Q8_VALUES; ++e) x[e] = in ? *(const float*)(col + (i + e) * s.nb0) : 0.0f;
+        }
+        float amax = 0.0f;
+#pragma unroll
+        for (int e = 0; e < TANDEM_Q8_VALUES; ++e) amax = fmaxf(amax, fabsf(x[e]));
+        for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor(amax, o));
         // Quantized as tandem's CPU (and ggml's) q8_0 activations are: q = round(x * (1/d)), and
         // the scale used in the dot is d rounded to f16. Block dot products then equal the CPU's
         // exactly and a model's tokens do not depend on the device (only the f32 summation
         // order differs).
         const float d = amax / 127.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        const int q = (int)roundf(x * id);
         const float dh = tandem_f16_to_f32(tandem_f32_to_f16(d));
-        int sum = q;
-        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor(sum, o);
+        u32 packed = 0;
+        int sum = 0;
+#pragma unroll
+        for (int e = 0; e < TANDEM_Q8_VALUES; ++e) {
+            const int q = (int)roundf(x[e] * id);
+            sum += q;
+            packed |= ((u32)q & 0xffu) << (8 * e);
+        }
+        for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor(sum, o);
         if (in) {
-            aq[c * s.k + i] = (i8)q;
+            *(u32*)(aq + c * s.k + i) = packed;
             if ((i & 31) == 0) ads[c * groups + i / 32] = make_float2(dh, dh * (float)sum);
         }
     }

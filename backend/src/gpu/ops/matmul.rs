@@ -213,7 +213,7 @@ mod tests {
         mmid_mma_config, mmid_mma_entry, mmq_shared_bytes, mmv_config, mmv_entry, mmv_fits, mmv_shared_bytes,
         quantize_config, rows_per_wave, wgmma_config, wgmma_entry, wgmma_fits, wgmma_shared_bytes, wgmma_takes,
         wgmmq_config, wgmmq_entry, wgmmq_fits, wgmmq_shared_bytes, GEMM_FAMILY, GEMV_FAMILY, GEMV_FLOAT_ROWS,
-        GEMV_FUSED_ACT_BYTES, MMA_COPY_VALUES,
+        GEMV_FUSED_ACT_BYTES, MMA_COPY_VALUES, QUANTIZE_VALUES,
     };
     use super::*;
     use crate::gpu::api::DevicePtr;
@@ -380,7 +380,8 @@ mod tests {
         }
         let q = Q8Shape::of(srcs[1].unwrap());
         assert_eq!(q.columns(), 12);
-        assert_eq!(quantize_config(&q).grid, [16, 12, 1]);
+        // Four values per thread: 4096 values of a column in four blocks of 256 threads.
+        assert_eq!(quantize_config(&q).grid, [4, 12, 1]);
         // q8_1 copy: 12 columns of 4096 values, then 128 pairs of f32 per column.
         assert_eq!(q8_1_layout(12, 4096), Some((12 * 4096, 12 * 4096 + 12 * 128 * 8)));
         assert_eq!(q8_1_layout(1, 48), None);
@@ -461,7 +462,7 @@ mod tests {
         };
         let c = convert_config(&q, MMA_COPY_VALUES);
         assert_eq!((c.grid, c.block), ([4, 512, 1], [256, 1, 1]));
-        assert_eq!(convert_config(&q, 1).grid, quantize_config(&q).grid);
+        assert_eq!(convert_config(&q, QUANTIZE_VALUES).grid, quantize_config(&q).grid);
         let c = mma_config(ElemType::Q8_0, &mm);
         assert_eq!((c.grid, c.block), ([8, 224, 1], [128, 1, 1]));
         // Hopper f16: 128 x 256 tiles, four k steps of 48 KiB in flight plus the alignment room;
@@ -683,8 +684,8 @@ mod tests {
         use super::super::matmul_launch::{
             GEMM_THREADS, GEMM_TILE, GEMV_CHUNK, GEMV_FLOAT_ROWS, GEMV_THREADS, MMA_COPY_VALUES, MMA_THREADS,
             MMA_TILE_M, MMA_TILE_N, MMID_MAX_EXPERTS, MMQ_THREADS, MMQ_TILE_M, MMQ_TILE_N, MMV_COLUMNS, MMV_GROUPS,
-            MMV_ROWS, MMV_THREADS, WGMMA_QSTAGES, WGMMA_STAGES, WGMMA_THREADS, WGMMA_TILE_M, WGMMA_TILE_N,
-            WGMMQ_STAGES, WGMMQ_THREADS, WGMMQ_TILE_M, WGMMQ_TILE_N,
+            MMV_ROWS, MMV_THREADS, QUANTIZE_VALUES, WGMMA_QSTAGES, WGMMA_STAGES, WGMMA_THREADS, WGMMA_TILE_M,
+            WGMMA_TILE_N, WGMMQ_STAGES, WGMMQ_THREADS, WGMMQ_TILE_M, WGMMQ_TILE_N,
         };
         let src = |family| tandem_kernels_hip::find(family).unwrap().source;
         let (gemv, gemm, mma) = (src("gemv"), src("gemm"), src("mma"));
@@ -692,6 +693,7 @@ mod tests {
             (gemv, format!("#define TANDEM_MV_THREADS {GEMV_THREADS}\n")),
             (gemv, format!("#define TANDEM_MV_GROUPS {}\n", GEMV_CHUNK / 32)),
             (gemv, format!("#define TANDEM_MV_FLOAT_ROWS {GEMV_FLOAT_ROWS}\n")),
+            (gemv, format!("#define TANDEM_Q8_VALUES {QUANTIZE_VALUES}\n")),
             // gemv_stages gives two stages to the types whose multi-column walk goes in pairs.
             (gemv, "static constexpr bool value = T::QK == 32;".to_string()),
             (gemm, format!("#define TANDEM_MM_THREADS {GEMM_THREADS}\n")),

@@ -661,8 +661,11 @@ pub fn convert_config(q: &Q8Shape, per_thread: u32) -> LaunchConfig {
     }
 }
 
+/// Values of a column each thread of `tandem_quantize_q8_1` quantizes (`TANDEM_Q8_VALUES`).
+pub const QUANTIZE_VALUES: u32 = 4;
+
 pub fn quantize_config(q: &Q8Shape) -> LaunchConfig {
-    convert_config(q, 1)
+    convert_config(q, QUANTIZE_VALUES)
 }
 
 /// Waves of one GEMV block on a device with `warp_size`-lane waves.
