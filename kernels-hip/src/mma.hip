@@ -25,7 +25,9 @@
 // Hopper (sm_90a) paths: tandem_wgmma_f16 and tandem_wgmma_<type> for the 32-value block types,
 // warpgroup mma on 128 x 256 tiles against the same f16 copy of src1 (see "f16 path, Hopper");
 // tandem_wgmmq_<type>, int8 warpgroup mma for the 32-value block types against the q8_1 copy,
-// the integer path's sums on 128 x 128 tiles (see "integer path, Hopper").
+// the integer path's sums on 128 x 128 tiles (see "integer path, Hopper"); its one-dimensional
+// grid runs the tiles of all batches, those of the last, partial wave split in k ranges whose
+// sums tandem_mm_split_sum adds up (see tandem_mm_split).
 #include "tandem_hip.h"
 #include "tandem_quant.h"
 
@@ -117,6 +119,46 @@ TANDEM_DEVICE tandem_mma_dense_cols tandem_mma_dense(char* dst, i64 b, const tan
     cols.nb1 = s.nb1;
     cols.dst = dst + (b % s.ne12) * s.nb2 + (b / s.ne12) * s.nb3;
     return cols;
+}
+
+// Mirrors `MmSplit` in backend/src/gpu/ops/matmul_launch.rs. The output tiles of a MUL_MAT, t
+// = column tile + tiles_x * (row tile + tiles_y * batch), over a one-dimensional grid: tiles
+// below `whole` take a block each; each of the others (the last, partial wave) is taken by
+// `parts` blocks, part p summing the p-th of `parts` equal k ranges. Part 0 writes its sums to
+// dst, part p > 0 all of its tile's to `partial` (tile t's at ((p - 1) * (tiles - whole) + t -
+// whole) * BM * BN floats), and tandem_mm_split_sum adds them to dst in order.
+struct tandem_mm_split {
+    i64 tiles_x, tiles_y, tiles;
+    i64 whole, parts;
+    float* partial;
+};
+struct tandem_mm_split_tile {
+    i64 x, y, b;   // column tile, row tile, batch
+    i64 part, at;  // part; index of the tile among the split ones
+};
+// Tile counts fit 32 bits (the grid's x extent is under 2^31).
+TANDEM_DEVICE tandem_mm_split_tile tandem_mm_split_at(const tandem_mm_split& sp, i64 block) {
+    tandem_mm_split_tile r;
+    u32 t = (u32)block;
+    r.part = 0;
+    r.at = 0;
+    if (block >= sp.whole) {
+        const u32 rest = (u32)(sp.tiles - sp.whole), j = (u32)(block - sp.whole);
+        r.part = j / rest;
+        r.at = j % rest;
+        t = (u32)sp.whole + (u32)r.at;
+    }
+    const u32 tx = (u32)sp.tiles_x, ty = (u32)sp.tiles_y;
+    r.x = t % tx;
+    r.y = (t / tx) % ty;
+    r.b = t / (tx * ty);
+    return r;
+}
+// Where the block's part writes its sums (tiles of `values` floats): null for whole tiles and
+// first parts.
+TANDEM_DEVICE float* tandem_mm_split_part(const tandem_mm_split& sp, i64 block, i64 values) {
+    const tandem_mm_split_tile at = tandem_mm_split_at(sp, block);
+    return at.part > 0 ? sp.partial + ((at.part - 1) * (sp.tiles - sp.whole) + at.at) * values : nullptr;
 }
 
 // ---------------------------------------------------------------- MUL_MAT_ID, grouped by expert
@@ -1849,23 +1891,24 @@ struct tandem_wgmmq_copies {
     u32 q[2];
     u32 d;
     u32 in;
+    // Step 0 of the copies is step st0 of k.
     template <typename C>
-    __device__ tandem_wgmmq_copies(const char* aq_, const char* ads_, i64 k, const C& cols, const u8* wrow0,
-                                   i64 nb01, i64 rows)
+    __device__ tandem_wgmmq_copies(const char* aq_, const char* ads_, i64 k, i64 st0, const C& cols,
+                                   const u8* wrow0, i64 nb01, i64 rows)
         : aq((const u8*)aq_), ads((const u8*)ads_) {
         const int t = threadIdx.x;
         in = 0;
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
             const i64 c = cols.act(t / 8 + 64 * i);
-            q[i] = c >= 0 ? (u32)(c * k + 16 * (t % 8)) : 0;
+            q[i] = c >= 0 ? (u32)(c * k + st0 * 128 + 16 * (t % 8)) : 0;
             if (c >= 0) in |= 1u << i;
         }
         const i64 c = cols.act(t / 4);
-        d = c >= 0 ? (u32)((c * (k / 32) + t % 4) * 8) : 0;
+        d = c >= 0 ? (u32)((c * (k / 32) + st0 * TANDEM_WGMMQ_KG + t % 4) * 8) : 0;
         if (c >= 0) in |= 4u;
         const bool row_in = t / 4 < rows;
-        w = row_in ? wrow0 + (t / 4) * nb01 + 8 * (t % 4) * L::UQ : wrow0;
+        w = row_in ? wrow0 + (t / 4) * nb01 + st0 * L::RAW_ROW + 8 * (t % 4) * L::UQ : wrow0;
         if (row_in) in |= 8u;
     }
     // The activation rows of step st into `act`.
@@ -1970,21 +2013,23 @@ TANDEM_DEVICE void tandem_wgmmq_scale(const int (&ia)[16], float* acc, const tan
     }
 }
 
-// One 128 x 128 output tile: weight rows row0 .. row0 + 128 (row r at wb + r * nb01, m rows, k
-// values) against the 128 q8_1 columns of the map cols() makes (made again for the store rather
-// than kept in registers through the k loop); `base`: the 1024-byte aligned dynamic shared
-// memory.
+// One 128 x 128 output tile, or its sums over k steps st0 .. st1 only (steps of 128 values):
+// weight rows row0 .. row0 + 128 (row r at wb + r * nb01, m rows, k values) against the 128 q8_1
+// columns of the map cols() makes (made again for the store rather than kept in registers
+// through the k loop); `base`: the 1024-byte aligned dynamic shared memory. With `part` null the
+// sums go to the columns' outputs (rows past m and missing columns left out), else all 128 x 128
+// to part[c * 128 + r] for tile column c and row r.
 template <typename T, typename F>
-TANDEM_DEVICE void tandem_wgmmq_tile(u8* base, const u8* wb, i64 nb01, i64 m, i64 k, i64 row0, const char* aq,
-                                     const char* ads, const F& cols) {
+TANDEM_DEVICE void tandem_wgmmq_tile(u8* base, const u8* wb, i64 nb01, i64 m, i64 k, i64 st0, i64 st1, i64 row0,
+                                     const char* aq, const char* ads, const F& cols, float* part) {
     using L = tandem_wgmmq_layout<T>;
     static_assert(TANDEM_WGMMQ_THREADS == 512 && TANDEM_WGMMQ_KG * 32 == 128 && TANDEM_WGMMQ_BN == 128 &&
                       TANDEM_WGMMQ_BM == 128,
                   "four warpgroups of 64 columns x 64 weight rows; 128-byte step rows");
     static_assert(TANDEM_WGMMQ_STAGES >= 3, "steps in flight beside the one in use");
-    const tandem_wgmmq_copies<T> cp(aq, ads, k, cols(), wb + row0 * nb01, nb01, m - row0);
+    const tandem_wgmmq_copies<T> cp(aq, ads, k, st0, cols(), wb + row0 * nb01, nb01, m - row0);
     u8* stages = base + L::STAGES_AT;
-    const i64 steps = k / 128;
+    const i64 steps = st1 - st0;
     // Stage j % STAGES: activation rows, pairs and raw blocks of step j.
     auto act = [&](i64 j) { return stages + (int)(j % TANDEM_WGMMQ_STAGES) * L::STAGE; };
     auto pairs = [&](i64 j) { return act(j) + TANDEM_WGMMQ_TILE; };
@@ -2073,6 +2118,20 @@ TANDEM_DEVICE void tandem_wgmmq_tile(u8* base, const u8* wb, i64 nb01, i64 m, i6
 #endif
     // Accumulator 16 h + 4 j + e: activation column a0 (+ 8 for e >= 2), weight row
     // 64 (wg / 2) + 32 h + 8 j + 2 q + (e & 1).
+    if (part != nullptr) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int r = 64 * (wg / 2) + 32 * h + 8 * j + 2 * q + (e & 1);
+                    part[(a0 + 8 * (e / 2)) * TANDEM_WGMMQ_BM + r] = acc[16 * h + 4 * j + e];
+                }
+            }
+        }
+        return;
+    }
     const auto c = cols();
     char* out[2] = {c.out(a0), c.out(a0 + 8)};
 #pragma unroll
@@ -2089,17 +2148,58 @@ TANDEM_DEVICE void tandem_wgmmq_tile(u8* base, const u8* wb, i64 nb01, i64 m, i6
     }
 }
 
-// MUL_MAT, 32-value blocks, Hopper: block (column tile, row tile, batch).
+// MUL_MAT, 32-value blocks, Hopper: blocks over tiles (and the last wave's parts) as
+// tandem_mm_split says.
 template <typename T>
 TANDEM_DEVICE void tandem_wgmmq_quant(const char* w, const char* aq, const char* ads, char* dst,
-                                      const tandem_mm_shape& s) {
+                                      const tandem_mm_shape& s, const tandem_mm_split& sp) {
     extern __shared__ __align__(1024) u8 tandem_wgmma_smem[];
-    const i64 b = blockIdx.z;
+    const tandem_mm_split_tile at = tandem_mm_split_at(sp, blockIdx.x);
+    const i64 b = at.b;
     if (b >= s.ne12 * s.ne13) return;
     const u8* wb = (const u8*)w + ((b % s.ne12) / s.r2) * s.nb02 + ((b / s.ne12) / s.r3) * s.nb03;
-    auto cols = [&] { return tandem_mma_dense(dst, b, s, (i64)blockIdx.x * TANDEM_WGMMQ_BN); };
-    tandem_wgmmq_tile<T>(tandem_wgmma_base(tandem_wgmma_smem), wb, s.nb01, s.m, s.k, (i64)blockIdx.y * TANDEM_WGMMQ_BM,
-                         aq, ads, cols);
+    auto cols = [&] { return tandem_mma_dense(dst, b, s, at.x * TANDEM_WGMMQ_BN); };
+    const i64 steps = s.k / 128, parts = (i64)blockIdx.x >= sp.whole ? sp.parts : 1;
+    float* part = tandem_mm_split_part(sp, blockIdx.x, TANDEM_WGMMQ_BM * TANDEM_WGMMQ_BN);
+    tandem_wgmmq_tile<T>(tandem_wgmma_base(tandem_wgmma_smem), wb, s.nb01, s.m, s.k, steps * at.part / parts,
+                         steps * (at.part + 1) / parts, at.y * TANDEM_WGMMQ_BM, aq, ads, cols, part);
+}
+
+// Adds parts 1 .. of the split tiles (see tandem_mm_split) to dst, in part order, for tiles of
+// bm rows x bn columns: block (i, g) takes columns TANDEM_SPLIT_SUM_COLS g .. of split tile i,
+// thread r their row r (all its loads issued before the first add).
+#define TANDEM_SPLIT_SUM_THREADS 128
+#define TANDEM_SPLIT_SUM_COLS 8
+extern "C" __global__ void __launch_bounds__(TANDEM_SPLIT_SUM_THREADS)
+tandem_mm_split_sum(char* dst, tandem_mm_shape s, tandem_mm_split sp, i64 bm, i64 bn) {
+    const i64 i = blockIdx.x, c0 = (i64)blockIdx.y * TANDEM_SPLIT_SUM_COLS, rest = sp.tiles - sp.whole;
+    if (i >= rest || c0 >= bn) return;
+    const tandem_mm_split_tile at = tandem_mm_split_at(sp, sp.whole + i);
+    const tandem_mma_dense_cols cols = tandem_mma_dense(dst, at.b, s, at.x * bn);
+    for (i64 r = threadIdx.x; r < bm; r += blockDim.x) {
+        const i64 row = at.y * bm + r;
+        if (row >= s.m) return;
+        float* o[TANDEM_SPLIT_SUM_COLS];
+        float v[TANDEM_SPLIT_SUM_COLS];
+#pragma unroll
+        for (int e = 0; e < TANDEM_SPLIT_SUM_COLS; ++e) {
+            char* base = c0 + e < bn ? cols.out((int)(c0 + e)) : nullptr;
+            o[e] = base != nullptr ? (float*)(base + row * 4) : nullptr;
+            v[e] = o[e] != nullptr ? *o[e] : 0.0f;
+        }
+        for (i64 p = 1; p < sp.parts; ++p) {
+            const float* part = sp.partial + ((p - 1) * rest + i) * bm * bn + c0 * bm + r;
+            float add[TANDEM_SPLIT_SUM_COLS];
+#pragma unroll
+            for (int e = 0; e < TANDEM_SPLIT_SUM_COLS; ++e) add[e] = o[e] != nullptr ? part[e * bm] : 0.0f;
+#pragma unroll
+            for (int e = 0; e < TANDEM_SPLIT_SUM_COLS; ++e) v[e] += add[e];
+        }
+#pragma unroll
+        for (int e = 0; e < TANDEM_SPLIT_SUM_COLS; ++e) {
+            if (o[e] != nullptr) *o[e] = v[e];
+        }
+    }
 }
 
 #define TANDEM_MMA_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_MMA_THREADS, 2)
@@ -2198,6 +2298,7 @@ TANDEM_MMA_KERNEL tandem_mma_f16(const char* w, const u16* xh, char* dst, tandem
 #define TANDEM_WGMMA_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_WGMMA_THREADS, 1)
 #define TANDEM_WGMMA_ARGS const char *w, const u16 *xh, char *dst, tandem_mm_shape s
 #define TANDEM_WGMMQ_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_WGMMQ_THREADS, 1)
+#define TANDEM_WGMMQ_ARGS TANDEM_MMA_ARGS_Q, tandem_mm_split sp
 TANDEM_WGMMA_KERNEL tandem_wgmma_f16(TANDEM_WGMMA_ARGS) { tandem_wgmma_f16_tile(w, xh, dst, s); }
 TANDEM_WGMMA_KERNEL tandem_wgmma_q4_0(TANDEM_WGMMA_ARGS) { tandem_wgmma_quant_tile<tandem_mmf_q4_0>(w, xh, dst, s); }
 TANDEM_WGMMA_KERNEL tandem_wgmma_q4_1(TANDEM_WGMMA_ARGS) { tandem_wgmma_quant_tile<tandem_mmf_q4_1>(w, xh, dst, s); }
@@ -2207,13 +2308,13 @@ TANDEM_WGMMA_KERNEL tandem_wgmma_q8_0(TANDEM_WGMMA_ARGS) { tandem_wgmma_quant_ti
 TANDEM_WGMMA_KERNEL tandem_wgmma_iq4_nl(TANDEM_WGMMA_ARGS) {
     tandem_wgmma_quant_tile<tandem_mmf_iq4_nl>(w, xh, dst, s);
 }
-TANDEM_WGMMQ_KERNEL tandem_wgmmq_q4_0(TANDEM_MMA_ARGS_Q) { tandem_wgmmq_quant<tandem_mmf_q4_0>(w, aq, ads, dst, s); }
-TANDEM_WGMMQ_KERNEL tandem_wgmmq_q4_1(TANDEM_MMA_ARGS_Q) { tandem_wgmmq_quant<tandem_mmf_q4_1>(w, aq, ads, dst, s); }
-TANDEM_WGMMQ_KERNEL tandem_wgmmq_q5_0(TANDEM_MMA_ARGS_Q) { tandem_wgmmq_quant<tandem_mmf_q5_0>(w, aq, ads, dst, s); }
-TANDEM_WGMMQ_KERNEL tandem_wgmmq_q5_1(TANDEM_MMA_ARGS_Q) { tandem_wgmmq_quant<tandem_mmf_q5_1>(w, aq, ads, dst, s); }
-TANDEM_WGMMQ_KERNEL tandem_wgmmq_q8_0(TANDEM_MMA_ARGS_Q) { tandem_wgmmq_quant<tandem_mmf_q8_0>(w, aq, ads, dst, s); }
-TANDEM_WGMMQ_KERNEL tandem_wgmmq_iq4_nl(TANDEM_MMA_ARGS_Q) {
-    tandem_wgmmq_quant<tandem_mmf_iq4_nl>(w, aq, ads, dst, s);
+TANDEM_WGMMQ_KERNEL tandem_wgmmq_q4_0(TANDEM_WGMMQ_ARGS) { tandem_wgmmq_quant<tandem_mmf_q4_0>(w, aq, ads, dst, s, sp); }
+TANDEM_WGMMQ_KERNEL tandem_wgmmq_q4_1(TANDEM_WGMMQ_ARGS) { tandem_wgmmq_quant<tandem_mmf_q4_1>(w, aq, ads, dst, s, sp); }
+TANDEM_WGMMQ_KERNEL tandem_wgmmq_q5_0(TANDEM_WGMMQ_ARGS) { tandem_wgmmq_quant<tandem_mmf_q5_0>(w, aq, ads, dst, s, sp); }
+TANDEM_WGMMQ_KERNEL tandem_wgmmq_q5_1(TANDEM_WGMMQ_ARGS) { tandem_wgmmq_quant<tandem_mmf_q5_1>(w, aq, ads, dst, s, sp); }
+TANDEM_WGMMQ_KERNEL tandem_wgmmq_q8_0(TANDEM_WGMMQ_ARGS) { tandem_wgmmq_quant<tandem_mmf_q8_0>(w, aq, ads, dst, s, sp); }
+TANDEM_WGMMQ_KERNEL tandem_wgmmq_iq4_nl(TANDEM_WGMMQ_ARGS) {
+    tandem_wgmmq_quant<tandem_mmf_iq4_nl>(w, aq, ads, dst, s, sp);
 }
 
 // src1 (f32, [k, ne1, ne2, ne3] with byte strides, as tandem_q8_shape in gemv.hip) rounded to

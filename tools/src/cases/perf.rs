@@ -146,6 +146,13 @@ pub fn cases(batched: bool) -> Vec<Case> {
         // The FFN down projection of a 13B-class model in q6_K: rows of 54 superblocks, 4-byte
         // aligned.
         v.push(mul_mat(ElemType::Q6K, 5120, 13824, 512));
+        // Prefill of an 8B-class model's key or value projection (1024 rows) and its attention
+        // output projection: fewer output tiles than a big GPU holds at once, or a last wave
+        // far from full.
+        for ty in [ElemType::Q4_0, ElemType::Q4K] {
+            v.push(mul_mat(ty, 1024, 4096, 512));
+            v.push(mul_mat(ty, 4096, 4096, 512));
+        }
     }
     v.push(mul_mat_id(ElemType::Q4_0, 768, 2048, 128, 8, 1));
     if batched {

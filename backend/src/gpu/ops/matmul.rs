@@ -211,9 +211,9 @@ mod tests {
         convert_config, entries, gemm_config, gemv_act_bytes, gemv_config, gemv_fuses_quantize, gemv_shared_bytes,
         gemv_stages, gemv_waves, has_mma, has_wgmma, mma_config, mma_entry, mma_tile, mmid_grouped_bytes,
         mmid_mma_config, mmid_mma_entry, mmq_shared_bytes, mmv_config, mmv_entry, mmv_fits, mmv_shared_bytes,
-        quantize_config, rows_per_wave, wgmma_config, wgmma_entry, wgmma_fits, wgmma_shared_bytes, wgmma_takes,
-        wgmmq_config, wgmmq_entry, wgmmq_fits, wgmmq_shared_bytes, GEMM_FAMILY, GEMV_FAMILY, GEMV_FLOAT_ROWS,
-        GEMV_FUSED_ACT_BYTES, MMA_COPY_VALUES, QUANTIZE_VALUES,
+        quantize_config, rows_per_wave, split_sum_config, wgmma_config, wgmma_entry, wgmma_fits, wgmma_shared_bytes,
+        wgmma_takes, wgmmq_config, wgmmq_entry, wgmmq_fits, wgmmq_shared_bytes, MmSplit, GEMM_FAMILY, GEMV_FAMILY,
+        GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES, MMA_COPY_VALUES, QUANTIZE_VALUES,
     };
     use super::*;
     use crate::gpu::api::DevicePtr;
@@ -420,6 +420,43 @@ mod tests {
     }
 
     #[test]
+    fn split_of_the_last_wave() {
+        let shape = |m: i64, k: i64, n: i64, batches: i64| MulMatShape {
+            k,
+            m,
+            n,
+            ne12: batches,
+            ne13: 1,
+            ..MulMatShape::default()
+        };
+        let parts = |s: &MmSplit| (s.tiles, s.whole, s.parts, s.blocks());
+        // Whole waves (4 x 33 tiles on 132 SMs) and a last wave more than half full (92 of 132)
+        // run as they are.
+        let s = MmSplit::new(&shape(4224, 4096, 512, 1), (128, 128), 32, 132);
+        assert_eq!(parts(&s), (132, 132, 1, 132));
+        let s = MmSplit::new(&shape(14336, 4096, 512, 1), (128, 256), 32, 132);
+        assert_eq!(parts(&s), (224, 224, 1, 224));
+        assert_eq!(s.partial_bytes(128 * 128), 0);
+        // A grid under one wave (k and v projections, 1024 rows): four parts of 8 steps each.
+        let s = MmSplit::new(&shape(1024, 4096, 512, 1), (128, 128), 32, 132);
+        assert_eq!(parts(&s), (32, 0, 4, 128));
+        assert_eq!(s.partial_bytes(128 * 128), 3 * 32 * 65_536);
+        // No part shorter than SPLIT_MIN_STEPS steps: k = 1024 (8 steps) splits in two, k = 512
+        // not at all.
+        let s = MmSplit::new(&shape(1024, 1024, 512, 1), (128, 128), 8, 132);
+        assert_eq!(parts(&s), (32, 0, 2, 64));
+        let s = MmSplit::new(&shape(1024, 512, 512, 1), (128, 128), 4, 132);
+        assert_eq!(parts(&s), (32, 32, 1, 32));
+        // Batches count as tiles (2 x 3 x 5 = 30 on 132: four parts); a partial column tile too.
+        let s = MmSplit::new(&shape(300, 4096, 200, 5), (128, 128), 32, 132);
+        assert_eq!((s.tiles_x, s.tiles_y), (2, 3));
+        assert_eq!(parts(&s), (30, 0, 4, 120));
+        // No device units reported: one block at a time, nothing split.
+        let s = MmSplit::new(&shape(1024, 4096, 512, 1), (128, 128), 32, 0);
+        assert_eq!(parts(&s), (32, 32, 1, 32));
+    }
+
+    #[test]
     fn grouped_mul_mat_id_geometry() {
         let s = MulMatIdShape {
             k: 2048,
@@ -536,11 +573,22 @@ mod tests {
         // Hopper int8 GEMM: 512 threads, 128 x 128 tiles; q4_0: two 16 KiB weight tiles with
         // 4.5 KiB of scales and 6 KiB of converted activation scales each (53 KiB in all), four
         // steps of 16 KiB activations + 4 KiB pairs + 9 KiB raw blocks.
-        let c = wgmmq_config(ElemType::Q4_0, &mm);
+        // 14336 x 4096 x 512 on 132 SMs: 448 tiles, three whole waves and 52 tiles in two k
+        // halves of 16 steps (104 blocks more).
+        let split = MmSplit::new(&mm, (128, 128), mm.k / 128, 132);
+        assert_eq!(
+            (split.tiles_x, split.tiles_y, split.tiles, split.whole, split.parts),
+            (4, 112, 448, 396, 2)
+        );
+        assert_eq!((split.split_tiles(), split.blocks()), (52, 500));
+        assert_eq!(split.partial_bytes(128 * 128), 52 * 65_536);
+        let c = wgmmq_config(ElemType::Q4_0, &split);
         assert_eq!(
             (c.grid, c.block, c.shared_bytes),
-            ([4, 112, 1], [512, 1, 1], 54_272 + 4 * (16_384 + 4096 + 9216) + 1024)
+            ([500, 1, 1], [512, 1, 1], 54_272 + 4 * (16_384 + 4096 + 9216) + 1024)
         );
+        let c = split_sum_config(&split, (128, 128));
+        assert_eq!((c.grid, c.block), ([52, 16, 1], [128, 1, 1]));
         for ty in TYPES {
             let e = wgmmq_entry(ty);
             assert_eq!(
@@ -684,8 +732,8 @@ mod tests {
         use super::super::matmul_launch::{
             GEMM_THREADS, GEMM_TILE, GEMV_CHUNK, GEMV_FLOAT_ROWS, GEMV_THREADS, MMA_COPY_VALUES, MMA_THREADS,
             MMA_TILE_M, MMA_TILE_N, MMID_MAX_EXPERTS, MMQ_THREADS, MMQ_TILE_M, MMQ_TILE_N, MMV_COLUMNS, MMV_GROUPS,
-            MMV_ROWS, MMV_THREADS, QUANTIZE_VALUES, WGMMA_QSTAGES, WGMMA_STAGES, WGMMA_THREADS, WGMMA_TILE_M,
-            WGMMA_TILE_N, WGMMQ_STAGES, WGMMQ_THREADS, WGMMQ_TILE_M, WGMMQ_TILE_N,
+            MMV_ROWS, MMV_THREADS, QUANTIZE_VALUES, SPLIT_SUM_COLUMNS, SPLIT_SUM_THREADS, WGMMA_QSTAGES, WGMMA_STAGES,
+            WGMMA_THREADS, WGMMA_TILE_M, WGMMA_TILE_N, WGMMQ_STAGES, WGMMQ_THREADS, WGMMQ_TILE_M, WGMMQ_TILE_N,
         };
         let src = |family| tandem_kernels_hip::find(family).unwrap().source;
         let (gemv, gemm, mma) = (src("gemv"), src("gemm"), src("mma"));
@@ -718,6 +766,9 @@ mod tests {
             (mma, "static constexpr int STAGES = PAD > 208 ? 2 : 3;".to_string()),
             (mma, format!("#define TANDEM_WGMMQ_STAGES {WGMMQ_STAGES}\n")),
             (mma, format!("#define TANDEM_MMA_COPY_VALUES {MMA_COPY_VALUES}\n")),
+            (mma, format!("#define TANDEM_SPLIT_SUM_THREADS {SPLIT_SUM_THREADS}\n")),
+            (mma, format!("#define TANDEM_SPLIT_SUM_COLS {SPLIT_SUM_COLUMNS}\n")),
+            (mma, "    float* partial;\n};".to_string()),
             (mma, format!("#define TANDEM_MMQ_THREADS {MMQ_THREADS}\n")),
             (mma, format!("#define TANDEM_MMQ_BM {MMQ_TILE_M}\n")),
             (mma, format!("#define TANDEM_MMQ_BN {MMQ_TILE_N}\n")),
@@ -734,6 +785,11 @@ mod tests {
             assert_eq!(i64_fields(src, "tandem_mmid_shape"), mmid);
         }
         assert_eq!(i64_fields(gemv, "tandem_q8_shape"), std::mem::size_of::<Q8Shape>() / 8);
+        // tandem_mm_split: five i64, then the partial sums' pointer.
+        assert_eq!(
+            i64_fields(mma, "tandem_mm_split"),
+            std::mem::size_of::<MmSplit>() / 8 - 1
+        );
         assert_eq!(
             i64_fields(mma, "tandem_mma_src_shape"),
             std::mem::size_of::<Q8Shape>() / 8

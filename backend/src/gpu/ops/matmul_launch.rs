@@ -25,7 +25,10 @@
 //!   grid (ceil(n / 256), ceil(m / 128), batches), dynamic shared memory [`wgmma_shared_bytes`].
 //! - `tandem_wgmmq_<type>` (NVIDIA sm_90, the 32-value block types unless `TANDEM_F16_PREFILL`):
 //!   int8 warpgroup mma on the q8_1 copy of src1; block 512 (four warpgroups), 128 x 128 tiles,
-//!   grid (ceil(n / 128), ceil(m / 128), batches), dynamic shared memory [`wgmmq_shared_bytes`].
+//!   one-dimensional grid over the tiles of all batches, those of the last partial wave split in
+//!   up to four k ranges ([`MmSplit`]), dynamic shared memory [`wgmmq_shared_bytes`]; then, where
+//!   tiles were split, `tandem_mm_split_sum`: block 128 per 8 columns of a split tile, grid
+//!   (split tiles, 16).
 //! - `tandem_mmv_<type>` (NVIDIA sm_80+, [`mmv_entry`], 3..=8 columns, [`mmv_fits`]): int8 mma on
 //!   the q8_1 copy of src1 for batched decode; block 128 (four warps splitting k) per tile of 32
 //!   weight rows, each block taking every grid.x-th tile ([`mmv_config`]: at most two blocks per
@@ -61,6 +64,7 @@ pub const WGMMA_QSTAGES: i64 = 4;
 pub const WGMMQ_THREADS: u32 = 512;
 pub const WGMMQ_TILE_M: i64 = 128;
 pub const WGMMQ_TILE_N: i64 = 128;
+const WGMMQ_TILE: (i64, i64) = (WGMMQ_TILE_M, WGMMQ_TILE_N);
 pub const WGMMQ_STAGES: i64 = 4;
 /// The same for the pipelined int8 GEMM of the quantized types (`TANDEM_MMQ_*`).
 pub const MMQ_THREADS: u32 = 128;
@@ -502,10 +506,93 @@ pub fn wgmmq_shared_bytes(ty: ElemType) -> u32 {
     (fixed + WGMMQ_STAGES * (WGMMQ_TILE_N * 128 + pairs + raw) + 1024) as u32
 }
 
-pub fn wgmmq_config(ty: ElemType, s: &MulMatShape) -> LaunchConfig {
+/// The Hopper int8 GEMM's launch over the tiles and parts of `split` (one-dimensional grid).
+pub fn wgmmq_config(ty: ElemType, split: &MmSplit) -> LaunchConfig {
     LaunchConfig {
+        grid: [split.blocks().clamp(1, MAX_GRID_X) as u32, 1, 1],
+        block: [WGMMQ_THREADS, 1, 1],
         shared_bytes: wgmmq_shared_bytes(ty),
-        ..tile_grid((s.n, WGMMQ_TILE_N), (s.m, WGMMQ_TILE_M), s.batches(), WGMMQ_THREADS)
+    }
+}
+
+/// Most k ranges a tile of a GEMM's last wave is split into, and fewest k steps in a range.
+pub const SPLIT_MAX_PARTS: i64 = 4;
+pub const SPLIT_MIN_STEPS: i64 = 4;
+/// Threads of `tandem_mm_split_sum` (one per row of a tile) and the tile columns each takes.
+pub const SPLIT_SUM_THREADS: u32 = 128;
+pub const SPLIT_SUM_COLUMNS: i64 = 8;
+
+/// `tandem_mm_split` of mma.hip: a GEMM's output tiles over a one-dimensional grid, where the
+/// tiles of the last, partial wave are each split into `parts` k ranges so that the wave fills
+/// more of the device. Tile t = column tile + tiles_x * (row tile + tiles_y * batch); tiles below
+/// `whole` take a block each, the rest `parts` blocks each. Part 0 of a split tile writes its
+/// sums to dst, part p > 0 to `partial`, and `tandem_mm_split_sum` adds those to dst in part
+/// order (the same sums whichever block finishes first).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MmSplit {
+    pub tiles_x: i64,
+    pub tiles_y: i64,
+    pub tiles: i64,
+    pub whole: i64,
+    pub parts: i64,
+    /// Device address of the parts' scratch.
+    pub partial: u64,
+}
+const _: () = assert!(std::mem::size_of::<MmSplit>() == 48);
+
+impl MmSplit {
+    /// The split of `s` in tiles of `tile` (weight rows, columns) with k in `steps` steps, when
+    /// `resident` blocks run at once: the tiles past the last whole wave are split into as many
+    /// parts as the idle blocks allow (at most [`SPLIT_MAX_PARTS`], at least
+    /// [`SPLIT_MIN_STEPS`] steps each), none when the last wave is more than half full.
+    pub fn new(s: &MulMatShape, tile: (i64, i64), steps: i64, resident: i64) -> MmSplit {
+        let over = |x: i64, t: i64| (x.max(1) + t - 1) / t;
+        let (tiles_x, tiles_y) = (over(s.n, tile.1), over(s.m, tile.0));
+        let tiles = tiles_x * tiles_y * s.batches().max(1);
+        let rest = tiles % resident.max(1);
+        let parts = if rest == 0 {
+            1
+        } else {
+            (resident / rest)
+                .min(SPLIT_MAX_PARTS)
+                .min(steps / SPLIT_MIN_STEPS)
+                .max(1)
+        };
+        MmSplit {
+            tiles_x,
+            tiles_y,
+            tiles,
+            whole: if parts > 1 { tiles - rest } else { tiles },
+            parts,
+            partial: 0,
+        }
+    }
+
+    /// Tiles split into parts.
+    pub fn split_tiles(&self) -> i64 {
+        self.tiles - self.whole
+    }
+
+    /// Blocks of the GEMM's grid.
+    pub fn blocks(&self) -> i64 {
+        self.whole + self.parts * self.split_tiles()
+    }
+
+    /// Scratch bytes of the parts past the first, tiles of `tile_values` f32 sums.
+    pub fn partial_bytes(&self, tile_values: i64) -> usize {
+        ((self.parts - 1) * self.split_tiles() * tile_values * 4) as usize
+    }
+}
+
+/// `tandem_mm_split_sum`'s launch for tiles of `tile` (rows, columns): a block per
+/// [`SPLIT_SUM_COLUMNS`] columns of a split tile, a thread per row.
+pub fn split_sum_config(split: &MmSplit, tile: (i64, i64)) -> LaunchConfig {
+    let groups = (tile.1 + SPLIT_SUM_COLUMNS - 1) / SPLIT_SUM_COLUMNS;
+    LaunchConfig {
+        grid: [split.split_tiles().clamp(1, MAX_GRID_X) as u32, groups as u32, 1],
+        block: [SPLIT_SUM_THREADS, 1, 1],
+        shared_bytes: 0,
     }
 }
 
@@ -995,19 +1082,35 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
                 .and_then(|v| v.checked_mul(2))
                 .is_some_and(|b| b <= MAX_SCRATCH as i64)
         };
-        let (entry, cfg, tile_m) = match (wgmma, wgmmq) {
-            (Some(e), _) => (e, wgmma_config(w.ty, &s), WGMMA_TILE_M),
-            (None, Some(e)) => (e, wgmmq_config(w.ty, &s), WGMMQ_TILE_M),
-            (None, None) => (entry, mma_config(w.ty, &s), mma_tile(w.ty).1),
+        // The Hopper int8 GEMM (one block per SM) runs its tiles over a one-dimensional grid
+        // whose last wave is split in k ranges ([`MmSplit`]).
+        let units = i64::from(ctx.info.compute_units.max(1));
+        let (entry, cfg, mut split) = match (wgmma, wgmmq) {
+            (Some(e), _) => (e, wgmma_config(w.ty, &s), None),
+            (None, Some(e)) => {
+                let split = MmSplit::new(&s, WGMMQ_TILE, s.k / 128, units);
+                (e, wgmmq_config(w.ty, &split), Some(split))
+            }
+            (None, None) => (entry, mma_config(w.ty, &s), None),
         };
-        if fits && (s.m + tile_m - 1) / tile_m <= MAX_GRID_YZ {
+        let grid_ok = match &split {
+            Some(sp) => sp.blocks() <= MAX_GRID_X,
+            None => (s.m + mma_tile(w.ty).1 - 1) / mma_tile(w.ty).1 <= MAX_GRID_YZ,
+        };
+        if fits && grid_ok {
             let f = ctx.kernels.function(MMA_FAMILY, entry)?;
             let mut args = KernelArgs::new();
             args.push(dptr(w));
             match acts {
                 MmaActs::Q8_1 => {
+                    let extra = split
+                        .as_ref()
+                        .map_or(0, |sp| sp.partial_bytes(WGMMQ_TILE.0 * WGMMQ_TILE.1));
                     // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
-                    let (qs, ds) = unsafe { quantize_src1(ctx, src1) }?;
+                    let (qs, ds, partial) = unsafe { quantize_src1_with(ctx, src1, extra) }?;
+                    if let Some(sp) = split.as_mut() {
+                        sp.partial = partial.0;
+                    }
                     args.push(qs).push(ds);
                 }
                 MmaActs::F16 => {
@@ -1020,10 +1123,32 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
                 }
             }
             args.push(dptr(node.dst)).push(s);
-            // SAFETY: (w, [aq, ads | xh], dst, tandem_mm_shape); tiles past m, n or k are
-            // masked in the kernel; the q8_1 or f16 copy holds every column of every batch; the
-            // Hopper GEMMs' copies were checked by `wgmma_fits` / `wgmmq_fits`.
-            return unsafe { ctx.stream.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu);
+            let Some(split) = split else {
+                // SAFETY: (w, [aq, ads | xh], dst, tandem_mm_shape); tiles past m, n or k are
+                // masked in the kernel; the q8_1 or f16 copy holds every column of every batch;
+                // the Hopper f16 GEMMs' copies were checked by `wgmma_fits`.
+                return unsafe { ctx.stream.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu);
+            };
+            args.push(split);
+            // SAFETY: (w, aq, ads, dst, tandem_mm_shape, tandem_mm_split); tiles past m, n or k
+            // are masked in the kernel, the q8_1 copy holds every column of every batch, the
+            // copies were checked by `wgmmq_fits`; the grid is `split.blocks()` and
+            // `split.partial` holds `partial_bytes` of scratch.
+            unsafe { ctx.stream.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu)?;
+            if split.parts > 1 {
+                let f = ctx.kernels.function(MMA_FAMILY, "tandem_mm_split_sum")?;
+                let mut args = KernelArgs::new();
+                args.push(dptr(node.dst))
+                    .push(s)
+                    .push(split)
+                    .push(WGMMQ_TILE.0)
+                    .push(WGMMQ_TILE.1);
+                // SAFETY: (dst, tandem_mm_shape, tandem_mm_split, bm, bn) as the GEMM just
+                // queued on this stream wrote them.
+                unsafe { ctx.stream.launch(&f, split_sum_config(&split, WGMMQ_TILE), &mut args) }
+                    .map_err(KernelError::Gpu)?;
+            }
+            return Ok(());
         }
     }
     // Weights whose CPU dot products take q8_0/q8_1 activations meet activations rounded the same
