@@ -121,46 +121,6 @@ TANDEM_DEVICE tandem_mma_dense_cols tandem_mma_dense(char* dst, i64 b, const tan
     return cols;
 }
 
-// Mirrors `MmSplit` in backend/src/gpu/ops/matmul_launch.rs. The output tiles of a MUL_MAT, t
-// = column tile + tiles_x * (row tile + tiles_y * batch), over a one-dimensional grid: tiles
-// below `whole` take a block each; each of the others (the last, partial wave) is taken by
-// `parts` blocks, part p summing the p-th of `parts` equal k ranges. Part 0 writes its sums to
-// dst, part p > 0 all of its tile's to `partial` (tile t's at ((p - 1) * (tiles - whole) + t -
-// whole) * BM * BN floats), and tandem_mm_split_sum adds them to dst in order.
-struct tandem_mm_split {
-    i64 tiles_x, tiles_y, tiles;
-    i64 whole, parts;
-    float* partial;
-};
-struct tandem_mm_split_tile {
-    i64 x, y, b;   // column tile, row tile, batch
-    i64 part, at;  // part; index of the tile among the split ones
-};
-// Tile counts fit 32 bits (the grid's x extent is under 2^31).
-TANDEM_DEVICE tandem_mm_split_tile tandem_mm_split_at(const tandem_mm_split& sp, i64 block) {
-    tandem_mm_split_tile r;
-    u32 t = (u32)block;
-    r.part = 0;
-    r.at = 0;
-    if (block >= sp.whole) {
-        const u32 rest = (u32)(sp.tiles - sp.whole), j = (u32)(block - sp.whole);
-        r.part = j / rest;
-        r.at = j % rest;
-        t = (u32)sp.whole + (u32)r.at;
-    }
-    const u32 tx = (u32)sp.tiles_x, ty = (u32)sp.tiles_y;
-    r.x = t % tx;
-    r.y = (t / tx) % ty;
-    r.b = t / (tx * ty);
-    return r;
-}
-// Where the block's part writes its sums (tiles of `values` floats): null for whole tiles and
-// first parts.
-TANDEM_DEVICE float* tandem_mm_split_part(const tandem_mm_split& sp, i64 block, i64 values) {
-    const tandem_mm_split_tile at = tandem_mm_split_at(sp, block);
-    return at.part > 0 ? sp.partial + ((at.part - 1) * (sp.tiles - sp.whole) + at.at) * values : nullptr;
-}
-
 // ---------------------------------------------------------------- MUL_MAT_ID, grouped by expert
 
 // Mirrors `MulMatIdShape` in backend/src/gpu/ops/matmul_launch.rs (sixteen i64).
@@ -2146,6 +2106,46 @@ TANDEM_DEVICE void tandem_wgmmq_tile(u8* base, const u8* wb, i64 nb01, i64 m, i6
             }
         }
     }
+}
+
+// Mirrors `MmSplit` in backend/src/gpu/ops/matmul_launch.rs. The output tiles of a MUL_MAT, t
+// = column tile + tiles_x * (row tile + tiles_y * batch), over a one-dimensional grid: tiles
+// below `whole` take a block each; each of the others (the last, partial wave) is taken by
+// `parts` blocks, part p summing the p-th of `parts` equal k ranges. Part 0 writes its sums to
+// dst, part p > 0 all of its tile's to `partial` (tile t's at ((p - 1) * (tiles - whole) + t -
+// whole) * BM * BN floats), and tandem_mm_split_sum adds them to dst in order.
+struct tandem_mm_split {
+    i64 tiles_x, tiles_y, tiles;
+    i64 whole, parts;
+    float* partial;
+};
+struct tandem_mm_split_tile {
+    i64 x, y, b;   // column tile, row tile, batch
+    i64 part, at;  // part; index of the tile among the split ones
+};
+// Tile counts fit 32 bits (the grid's x extent is under 2^31).
+TANDEM_DEVICE tandem_mm_split_tile tandem_mm_split_at(const tandem_mm_split& sp, i64 block) {
+    tandem_mm_split_tile r;
+    u32 t = (u32)block;
+    r.part = 0;
+    r.at = 0;
+    if (block >= sp.whole) {
+        const u32 rest = (u32)(sp.tiles - sp.whole), j = (u32)(block - sp.whole);
+        r.part = j / rest;
+        r.at = j % rest;
+        t = (u32)sp.whole + (u32)r.at;
+    }
+    const u32 tx = (u32)sp.tiles_x, ty = (u32)sp.tiles_y;
+    r.x = t % tx;
+    r.y = (t / tx) % ty;
+    r.b = t / (tx * ty);
+    return r;
+}
+// Where the block's part writes its sums (tiles of `values` floats): null for whole tiles and
+// first parts.
+TANDEM_DEVICE float* tandem_mm_split_part(const tandem_mm_split& sp, i64 block, i64 values) {
+    const tandem_mm_split_tile at = tandem_mm_split_at(sp, block);
+    return at.part > 0 ? sp.partial + ((at.part - 1) * (sp.tiles - sp.whole) + at.at) * values : nullptr;
 }
 
 // MUL_MAT, 32-value blocks, Hopper: blocks over tiles (and the last wave's parts) as
