@@ -25,9 +25,10 @@
 // Hopper (sm_90a) paths: tandem_wgmma_f16 and tandem_wgmma_<type> for the 32-value block types,
 // warpgroup mma on 128 x 256 tiles against the same f16 copy of src1 (see "f16 path, Hopper");
 // tandem_wgmmq_<type>, int8 warpgroup mma for the 32-value block types against the q8_1 copy,
-// the integer path's sums on 128 x 128 tiles (see "integer path, Hopper"); its one-dimensional
-// grid runs the tiles of all batches, those of the last, partial wave split in k ranges whose
-// sums tandem_mm_split_sum adds up (see tandem_mm_split).
+// the integer path's sums on 128 x 128 tiles (see "integer path, Hopper"). tandem_wgmma_f16 and
+// tandem_wgmmq_<type> run the tiles of all batches over a one-dimensional grid, those of the
+// last, partial wave split in k ranges whose sums tandem_mm_split_sum adds up (see
+// tandem_mm_split).
 #include "tandem_hip.h"
 #include "tandem_quant.h"
 
@@ -1567,15 +1568,60 @@ TANDEM_DEVICE u8* tandem_wgmma_base(u8* smem) {
     return smem + ((1024u - (tandem_smem_addr(smem) & 1023u)) & 1023u);
 }
 
-TANDEM_DEVICE void tandem_wgmma_f16_tile(const char* w, const u16* xh, char* dst, const tandem_mm_shape& s) {
+// Mirrors `MmSplit` in backend/src/gpu/ops/matmul_launch.rs. The output tiles of a MUL_MAT, t
+// = column tile + tiles_x * (row tile + tiles_y * batch), over a one-dimensional grid: tiles
+// below `whole` take a block each; each of the others (the last, partial wave) is taken by
+// `parts` blocks, part p summing the p-th of `parts` equal k ranges. Part 0 writes its sums to
+// dst, part p > 0 all of its tile's to `partial` (tile t's at ((p - 1) * (tiles - whole) + t -
+// whole) * BM * BN floats), and tandem_mm_split_sum adds them to dst in order.
+struct tandem_mm_split {
+    i64 tiles_x, tiles_y, tiles;
+    i64 whole, parts;
+    float* partial;
+};
+struct tandem_mm_split_tile {
+    i64 x, y, b;   // column tile, row tile, batch
+    i64 part, at;  // part; index of the tile among the split ones
+};
+// Tile counts fit 32 bits (the grid's x extent is under 2^31).
+TANDEM_DEVICE tandem_mm_split_tile tandem_mm_split_at(const tandem_mm_split& sp, i64 block) {
+    tandem_mm_split_tile r;
+    u32 t = (u32)block;
+    r.part = 0;
+    r.at = 0;
+    if (block >= sp.whole) {
+        const u32 rest = (u32)(sp.tiles - sp.whole), j = (u32)(block - sp.whole);
+        r.part = j / rest;
+        r.at = j % rest;
+        t = (u32)sp.whole + (u32)r.at;
+    }
+    const u32 tx = (u32)sp.tiles_x, ty = (u32)sp.tiles_y;
+    r.x = t % tx;
+    r.y = (t / tx) % ty;
+    r.b = t / (tx * ty);
+    return r;
+}
+// Where the block's part writes its sums (tiles of `values` floats): null for whole tiles and
+// first parts.
+TANDEM_DEVICE float* tandem_mm_split_part(const tandem_mm_split& sp, i64 block, i64 values) {
+    const tandem_mm_split_tile at = tandem_mm_split_at(sp, block);
+    return at.part > 0 ? sp.partial + ((at.part - 1) * (sp.tiles - sp.whole) + at.at) * values : nullptr;
+}
+
+// f16 weights, Hopper: blocks over tiles (and the last wave's parts) as tandem_mm_split says; a
+// split tile's part sums its k range and, past the first part, writes all 128 x 256 sums to its
+// place in sp.partial (row r of tile column c at c * 128 + r).
+TANDEM_DEVICE void tandem_wgmma_f16_tile(const char* w, const u16* xh, char* dst, const tandem_mm_shape& s,
+                                         const tandem_mm_split& sp) {
     extern __shared__ __align__(1024) u8 tandem_wgmma_smem[];
     static_assert(TANDEM_WGMMA_THREADS == 256 && TANDEM_WGMMA_BK == 64, "two warpgroups; 128-byte step rows");
     static_assert(TANDEM_WGMMA_STAGES >= 3, "a step in flight beside the one in use and the one draining");
     u8* base = tandem_wgmma_base(tandem_wgmma_smem);
-    const i64 b = blockIdx.z;
+    const tandem_mm_split_tile at = tandem_mm_split_at(sp, blockIdx.x);
+    const i64 b = at.b;
     if (b >= s.ne12 * s.ne13) return;
     const i64 i12 = b % s.ne12, i13 = b / s.ne12;
-    const i64 row0 = (i64)blockIdx.y * TANDEM_WGMMA_BM, col0 = (i64)blockIdx.x * TANDEM_WGMMA_BN;
+    const i64 row0 = at.y * TANDEM_WGMMA_BM, col0 = at.x * TANDEM_WGMMA_BN;
     const u8* wb = (const u8*)w + (i12 / s.r2) * s.nb02 + (i13 / s.r3) * s.nb03;
     const int r = threadIdx.x / 8;
     const int alim = tandem_wgmma_lim(s.m - row0 - r, TANDEM_WGMMA_BM / 32);
@@ -1584,12 +1630,16 @@ TANDEM_DEVICE void tandem_wgmma_f16_tile(const char* w, const u16* xh, char* dst
     const tandem_wgmma_cols x(xh, b, s, col0);
     constexpr int STAGE = TANDEM_WGMMA_A_BYTES + TANDEM_WGMMA_B_BYTES;
     static_assert(STAGE % 1024 == 0 && TANDEM_WGMMA_A_BYTES % 1024 == 0, "swizzled tiles start 1024-byte aligned");
-    const i64 steps = (s.k + TANDEM_WGMMA_BK - 1) / TANDEM_WGMMA_BK;
+    // This block's k steps st0 .. st0 + steps.
+    const i64 all = (s.k + TANDEM_WGMMA_BK - 1) / TANDEM_WGMMA_BK;
+    const i64 parts = (i64)blockIdx.x >= sp.whole ? sp.parts : 1;
+    const i64 st0 = all * at.part / parts, steps = all * (at.part + 1) / parts - st0;
 #pragma unroll
     for (int st = 0; st < TANDEM_WGMMA_STAGES - 2; ++st) {
         if (st < steps) {
-            tandem_wgmma_copy<TANDEM_WGMMA_BM>(base + st * STAGE, a, astep, alim, s.k, st, wb);
-            tandem_wgmma_copy<TANDEM_WGMMA_BN>(base + st * STAGE + TANDEM_WGMMA_A_BYTES, x.x, x.step, x.lim, s.k, st, wb);
+            tandem_wgmma_copy<TANDEM_WGMMA_BM>(base + st * STAGE, a, astep, alim, s.k, st0 + st, wb);
+            tandem_wgmma_copy<TANDEM_WGMMA_BN>(base + st * STAGE + TANDEM_WGMMA_A_BYTES, x.x, x.step, x.lim, s.k,
+                                               st0 + st, wb);
         }
         tandem_cp_commit();
     }
@@ -1608,12 +1658,29 @@ TANDEM_DEVICE void tandem_wgmma_f16_tile(const char* w, const u16* xh, char* dst
         const i64 next = st + TANDEM_WGMMA_STAGES - 2;
         if (next < steps) {
             u8* nstage = base + (int)(next % TANDEM_WGMMA_STAGES) * STAGE;
-            tandem_wgmma_copy<TANDEM_WGMMA_BM>(nstage, a, astep, alim, s.k, next, wb);
-            tandem_wgmma_copy<TANDEM_WGMMA_BN>(nstage + TANDEM_WGMMA_A_BYTES, x.x, x.step, x.lim, s.k, next, wb);
+            tandem_wgmma_copy<TANDEM_WGMMA_BM>(nstage, a, astep, alim, s.k, st0 + next, wb);
+            tandem_wgmma_copy<TANDEM_WGMMA_BN>(nstage + TANDEM_WGMMA_A_BYTES, x.x, x.step, x.lim, s.k, st0 + next, wb);
         }
         tandem_cp_commit();
         tandem_wgmma_wait<1>();
         tandem_wgmma_hold(acc);
+    }
+    if (float* part = tandem_mm_split_part(sp, blockIdx.x, TANDEM_WGMMA_BM * TANDEM_WGMMA_BN)) {
+        tandem_wgmma_wait<0>();
+        tandem_wgmma_hold(acc);
+        tandem_cp_wait<0>();
+        // Accumulator 4 j + e: row 64 g + 16 (i / 32) + (i % 32) / 4 (+ 8 for e >= 2), column
+        // 8 j + 2 (i % 4) + (e & 1), as tandem_wgmma_store has them.
+        const int i = threadIdx.x % 128;
+        const int rr = 64 * g + 16 * (i / 32) + (i % 32) / 4;
+#pragma unroll
+        for (int j = 0; j < TANDEM_WGMMA_BN / 8; ++j) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                part[(8 * j + 2 * (i % 4) + (e & 1)) * TANDEM_WGMMA_BM + rr + (e >= 2 ? 8 : 0)] = acc[4 * j + e];
+            }
+        }
+        return;
     }
     tandem_wgmma_store(acc, dst + i12 * s.nb2 + i13 * s.nb3, s, row0, col0);
 }
@@ -2108,46 +2175,6 @@ TANDEM_DEVICE void tandem_wgmmq_tile(u8* base, const u8* wb, i64 nb01, i64 m, i6
     }
 }
 
-// Mirrors `MmSplit` in backend/src/gpu/ops/matmul_launch.rs. The output tiles of a MUL_MAT, t
-// = column tile + tiles_x * (row tile + tiles_y * batch), over a one-dimensional grid: tiles
-// below `whole` take a block each; each of the others (the last, partial wave) is taken by
-// `parts` blocks, part p summing the p-th of `parts` equal k ranges. Part 0 writes its sums to
-// dst, part p > 0 all of its tile's to `partial` (tile t's at ((p - 1) * (tiles - whole) + t -
-// whole) * BM * BN floats), and tandem_mm_split_sum adds them to dst in order.
-struct tandem_mm_split {
-    i64 tiles_x, tiles_y, tiles;
-    i64 whole, parts;
-    float* partial;
-};
-struct tandem_mm_split_tile {
-    i64 x, y, b;   // column tile, row tile, batch
-    i64 part, at;  // part; index of the tile among the split ones
-};
-// Tile counts fit 32 bits (the grid's x extent is under 2^31).
-TANDEM_DEVICE tandem_mm_split_tile tandem_mm_split_at(const tandem_mm_split& sp, i64 block) {
-    tandem_mm_split_tile r;
-    u32 t = (u32)block;
-    r.part = 0;
-    r.at = 0;
-    if (block >= sp.whole) {
-        const u32 rest = (u32)(sp.tiles - sp.whole), j = (u32)(block - sp.whole);
-        r.part = j / rest;
-        r.at = j % rest;
-        t = (u32)sp.whole + (u32)r.at;
-    }
-    const u32 tx = (u32)sp.tiles_x, ty = (u32)sp.tiles_y;
-    r.x = t % tx;
-    r.y = (t / tx) % ty;
-    r.b = t / (tx * ty);
-    return r;
-}
-// Where the block's part writes its sums (tiles of `values` floats): null for whole tiles and
-// first parts.
-TANDEM_DEVICE float* tandem_mm_split_part(const tandem_mm_split& sp, i64 block, i64 values) {
-    const tandem_mm_split_tile at = tandem_mm_split_at(sp, block);
-    return at.part > 0 ? sp.partial + ((at.part - 1) * (sp.tiles - sp.whole) + at.at) * values : nullptr;
-}
-
 // MUL_MAT, 32-value blocks, Hopper: blocks over tiles (and the last wave's parts) as
 // tandem_mm_split says.
 template <typename T>
@@ -2299,7 +2326,7 @@ TANDEM_MMA_KERNEL tandem_mma_f16(const char* w, const u16* xh, char* dst, tandem
 #define TANDEM_WGMMA_ARGS const char *w, const u16 *xh, char *dst, tandem_mm_shape s
 #define TANDEM_WGMMQ_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_WGMMQ_THREADS, 1)
 #define TANDEM_WGMMQ_ARGS TANDEM_MMA_ARGS_Q, tandem_mm_split sp
-TANDEM_WGMMA_KERNEL tandem_wgmma_f16(TANDEM_WGMMA_ARGS) { tandem_wgmma_f16_tile(w, xh, dst, s); }
+TANDEM_WGMMA_KERNEL tandem_wgmma_f16(TANDEM_WGMMA_ARGS, tandem_mm_split sp) { tandem_wgmma_f16_tile(w, xh, dst, s, sp); }
 TANDEM_WGMMA_KERNEL tandem_wgmma_q4_0(TANDEM_WGMMA_ARGS) { tandem_wgmma_quant_tile<tandem_mmf_q4_0>(w, xh, dst, s); }
 TANDEM_WGMMA_KERNEL tandem_wgmma_q4_1(TANDEM_WGMMA_ARGS) { tandem_wgmma_quant_tile<tandem_mmf_q4_1>(w, xh, dst, s); }
 TANDEM_WGMMA_KERNEL tandem_wgmma_q5_0(TANDEM_WGMMA_ARGS) { tandem_wgmma_quant_tile<tandem_mmf_q5_0>(w, xh, dst, s); }

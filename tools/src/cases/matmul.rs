@@ -103,8 +103,9 @@ pub fn cases(v: &mut Vec<Case>) {
         v.push(mul_mat(ty, 129, 256, 300, [1, 1], [1, 1]));
         v.push(mul_mat(ty, 129, 1024, 40, [1, 1], [1, 1]));
         // 400 output tiles (broadcast batches of one tile each): more than three waves of the
-        // Hopper int8 GEMM on a 132-SM device, whose last wave's 4 tiles are each summed in four
-        // k ranges by four blocks (the cases above with fewer tiles than SMs split every tile).
+        // Hopper GEMMs (int8, and f16 for f16 weights) on a 132-SM device, whose last wave's 4
+        // tiles are each summed in four k ranges by four blocks (the cases above with fewer
+        // tiles than SMs split every tile).
         v.push(mul_mat(ty, 33, 2048, 9, [8, 1], [1, 50]));
         // The int8 tiles copy each row's 84-, 110- or 210-byte superblock of q2_K, q3_K and q6_K
         // as the 16-byte units around it, where it starts at any even offset (rows of 256, 512,

@@ -149,7 +149,7 @@ pub fn cases(batched: bool) -> Vec<Case> {
         // Prefill of an 8B-class model's key or value projection (1024 rows) and its attention
         // output projection: fewer output tiles than a big GPU holds at once, or a last wave
         // far from full.
-        for ty in [ElemType::Q4_0, ElemType::Q4K] {
+        for ty in [ElemType::Q4_0, ElemType::Q4K, ElemType::F16] {
             v.push(mul_mat(ty, 1024, 4096, 512));
             v.push(mul_mat(ty, 4096, 4096, 512));
         }

@@ -211,9 +211,9 @@ mod tests {
         convert_config, entries, gemm_config, gemv_act_bytes, gemv_config, gemv_fuses_quantize, gemv_shared_bytes,
         gemv_stages, gemv_waves, has_mma, has_wgmma, mma_config, mma_entry, mma_tile, mmid_grouped_bytes,
         mmid_mma_config, mmid_mma_entry, mmq_shared_bytes, mmv_config, mmv_entry, mmv_fits, mmv_shared_bytes,
-        quantize_config, rows_per_wave, split_sum_config, wgmma_config, wgmma_entry, wgmma_fits, wgmma_shared_bytes,
-        wgmma_takes, wgmmq_config, wgmmq_entry, wgmmq_fits, wgmmq_shared_bytes, MmSplit, GEMM_FAMILY, GEMV_FAMILY,
-        GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES, MMA_COPY_VALUES, QUANTIZE_VALUES,
+        quantize_config, rows_per_wave, split_sum_config, wgmma_config, wgmma_entry, wgmma_f16_config, wgmma_fits,
+        wgmma_shared_bytes, wgmma_takes, wgmmq_config, wgmmq_entry, wgmmq_fits, wgmmq_shared_bytes, MmSplit,
+        GEMM_FAMILY, GEMV_FAMILY, GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES, MMA_COPY_VALUES, QUANTIZE_VALUES,
     };
     use super::*;
     use crate::gpu::api::DevicePtr;
@@ -505,8 +505,18 @@ mod tests {
         // Hopper f16: 128 x 256 tiles, four k steps of 48 KiB in flight plus the alignment room;
         // q4_0: three 16 KiB weight tiles and four steps of 32 KiB activations + 4.5 KiB raw blocks
         // padded to 5 KiB (every step's activation tile 1024-byte aligned).
-        let c = wgmma_config(ElemType::F16, &mm);
-        assert_eq!((c.grid, c.block, c.shared_bytes), ([2, 112, 1], [256, 1, 1], 197_632));
+        let c = wgmma_config(ElemType::Q4_0, &mm);
+        assert_eq!((c.grid, c.block), ([2, 112, 1], [256, 1, 1]));
+        // f16 weights: 224 tiles of 128 x 256 on 132 SMs, a last wave of 92 (more than half
+        // full) left whole; a 1024-row product's 16 tiles in four k ranges of 16 steps.
+        let split = MmSplit::new(&mm, (128, 256), 64, 132);
+        assert_eq!((split.tiles, split.whole, split.parts), (224, 224, 1));
+        let c = wgmma_f16_config(&split);
+        assert_eq!((c.grid, c.block, c.shared_bytes), ([224, 1, 1], [256, 1, 1], 197_632));
+        let kv = MmSplit::new(&MulMatShape { m: 1024, ..mm }, (128, 256), 64, 132);
+        assert_eq!((kv.tiles, kv.whole, kv.parts, kv.blocks()), (16, 0, 4, 64));
+        assert_eq!(kv.partial_bytes(128 * 256), 3 * 16 * 131_072);
+        assert_eq!(split_sum_config(&kv, (128, 256)).grid, [16, 32, 1]);
         assert_eq!(
             wgmma_config(ElemType::Q4_0, &mm).shared_bytes,
             49_152 + 4 * (32_768 + 5120) + 1024

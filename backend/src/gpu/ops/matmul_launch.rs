@@ -22,7 +22,8 @@
 //!   [`mmq_shared_bytes`]; f16: block 256, 128 x 64 tiles.
 //! - `tandem_wgmma_<type>` (NVIDIA sm_90, see [`wgmma_takes`]): f16 and the 32-value block types
 //!   on the f16 copy of src1 with warpgroup mma; block 256 (two warpgroups), 128 x 256 tiles,
-//!   grid (ceil(n / 256), ceil(m / 128), batches), dynamic shared memory [`wgmma_shared_bytes`].
+//!   grid (ceil(n / 256), ceil(m / 128), batches), dynamic shared memory [`wgmma_shared_bytes`];
+//!   f16 weights (`tandem_wgmma_f16`) take a one-dimensional grid split as the int8 GEMM's below.
 //! - `tandem_wgmmq_<type>` (NVIDIA sm_90, the 32-value block types unless `TANDEM_F16_PREFILL`):
 //!   int8 warpgroup mma on the q8_1 copy of src1; block 512 (four warpgroups), 128 x 128 tiles,
 //!   one-dimensional grid over the tiles of all batches, those of the last partial wave split in
@@ -53,6 +54,7 @@ pub const MMA_TILE_N: i64 = 64;
 pub const WGMMA_THREADS: u32 = 256;
 pub const WGMMA_TILE_M: i64 = 128;
 pub const WGMMA_TILE_N: i64 = 256;
+const WGMMA_TILE: (i64, i64) = (WGMMA_TILE_M, WGMMA_TILE_N);
 pub const WGMMA_STAGES: i64 = 4;
 /// Steps in shared memory of the Hopper f16 GEMM of the 32-value block types
 /// (`TANDEM_WGMMA_QSTAGES`).
@@ -459,6 +461,16 @@ pub fn wgmma_shared_bytes(ty: ElemType) -> u32 {
         3 * a + WGMMA_QSTAGES * (b + raw)
     };
     (bytes + 1024) as u32
+}
+
+/// The Hopper f16 GEMM of f16 weights over the tiles and parts of `split` (one-dimensional
+/// grid; the block types' take [`wgmma_config`]).
+pub fn wgmma_f16_config(split: &MmSplit) -> LaunchConfig {
+    LaunchConfig {
+        grid: [split.blocks().clamp(1, MAX_GRID_X) as u32, 1, 1],
+        block: [WGMMA_THREADS, 1, 1],
+        shared_bytes: wgmma_shared_bytes(ElemType::F16),
+    }
 }
 
 pub fn wgmma_config(ty: ElemType, s: &MulMatShape) -> LaunchConfig {
@@ -895,17 +907,36 @@ unsafe fn convert_src1(
     elem_bytes: i64,
     values_per_thread: u32,
 ) -> Result<DevicePtr, KernelError> {
+    // SAFETY: forwarded.
+    unsafe { convert_src1_with(ctx, src1, family, entry, elem_bytes, values_per_thread, 0) }.map(|(out, _)| out)
+}
+
+/// As [`convert_src1`], with `extra` more bytes of scratch after the copy (256-byte aligned),
+/// whose address is returned second.
+///
+/// # Safety
+/// As [`convert_src1`].
+unsafe fn convert_src1_with(
+    ctx: &LaunchCtx<'_>,
+    src1: &Tensor,
+    family: &str,
+    entry: &str,
+    elem_bytes: i64,
+    values_per_thread: u32,
+    extra: usize,
+) -> Result<(DevicePtr, DevicePtr), KernelError> {
     let q = Q8Shape::of(src1);
     let bytes = usize::try_from(q.columns().saturating_mul(q.ne[0]).saturating_mul(elem_bytes))
         .map_err(|_| launch_error("convert_src1", "bad activation shape"))?;
-    let out = ctx.scratch.get(bytes)?;
+    let extra_at = bytes.next_multiple_of(256);
+    let out = ctx.scratch.get(extra_at + extra)?;
     let f = ctx.kernels.function(family, entry)?;
     let mut args = KernelArgs::new();
     args.push(dptr(src1)).push(out).push(q);
     // SAFETY: src1 is readable through its strides (caller) and the scratch region holds
     // k * columns converted values.
     unsafe { ctx.stream.launch(&f, convert_config(&q, values_per_thread), &mut args) }.map_err(KernelError::Gpu)?;
-    Ok(out)
+    Ok((out, out.offset(extra_at)))
 }
 
 /// The activation copy a tensor-core GEMM reads.
@@ -923,9 +954,10 @@ enum MmaActs {
 ///
 /// # Safety
 /// As [`quantize_src1`].
-unsafe fn f16_src1(ctx: &LaunchCtx<'_>, src1: &Tensor) -> Result<DevicePtr, KernelError> {
+/// `extra` bytes of scratch follow the copy; their address is returned second.
+unsafe fn f16_src1(ctx: &LaunchCtx<'_>, src1: &Tensor, extra: usize) -> Result<(DevicePtr, DevicePtr), KernelError> {
     // SAFETY: forwarded; (const char*, u16*, tandem_mma_src_shape = tandem_q8_shape's layout).
-    unsafe { convert_src1(ctx, src1, MMA_FAMILY, "tandem_mma_f16_copy", 2, MMA_COPY_VALUES) }
+    unsafe { convert_src1_with(ctx, src1, MMA_FAMILY, "tandem_mma_f16_copy", 2, MMA_COPY_VALUES, extra) }
 }
 
 /// Queues the q8-rounded f16 copy of `src1` (`tandem_mma_f16_q8_copy`) for the Hopper GEMM of
@@ -1082,40 +1114,47 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
                 .and_then(|v| v.checked_mul(2))
                 .is_some_and(|b| b <= MAX_SCRATCH as i64)
         };
-        // The Hopper int8 GEMM (one block per SM) runs its tiles over a one-dimensional grid
-        // whose last wave is split in k ranges ([`MmSplit`]).
+        // The Hopper f16 GEMM of f16 weights and the Hopper int8 GEMM (one block per SM each)
+        // run their tiles over a one-dimensional grid whose last wave is split in k ranges
+        // ([`MmSplit`]).
         let units = i64::from(ctx.info.compute_units.max(1));
         let (entry, cfg, mut split) = match (wgmma, wgmmq) {
+            (Some(e), _) if w.ty == ElemType::F16 => {
+                let split = MmSplit::new(&s, WGMMA_TILE, (s.k + 63) / 64, units);
+                (e, wgmma_f16_config(&split), Some((split, WGMMA_TILE)))
+            }
             (Some(e), _) => (e, wgmma_config(w.ty, &s), None),
             (None, Some(e)) => {
                 let split = MmSplit::new(&s, WGMMQ_TILE, s.k / 128, units);
-                (e, wgmmq_config(w.ty, &split), Some(split))
+                (e, wgmmq_config(w.ty, &split), Some((split, WGMMQ_TILE)))
             }
             (None, None) => (entry, mma_config(w.ty, &s), None),
         };
         let grid_ok = match &split {
-            Some(sp) => sp.blocks() <= MAX_GRID_X,
+            Some((sp, _)) => sp.blocks() <= MAX_GRID_X,
             None => (s.m + mma_tile(w.ty).1 - 1) / mma_tile(w.ty).1 <= MAX_GRID_YZ,
         };
         if fits && grid_ok {
             let f = ctx.kernels.function(MMA_FAMILY, entry)?;
             let mut args = KernelArgs::new();
             args.push(dptr(w));
+            let extra = split.as_ref().map_or(0, |(sp, tile)| sp.partial_bytes(tile.0 * tile.1));
             match acts {
                 MmaActs::Q8_1 => {
-                    let extra = split
-                        .as_ref()
-                        .map_or(0, |sp| sp.partial_bytes(WGMMQ_TILE.0 * WGMMQ_TILE.1));
                     // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
                     let (qs, ds, partial) = unsafe { quantize_src1_with(ctx, src1, extra) }?;
-                    if let Some(sp) = split.as_mut() {
+                    if let Some((sp, _)) = split.as_mut() {
                         sp.partial = partial.0;
                     }
                     args.push(qs).push(ds);
                 }
                 MmaActs::F16 => {
                     // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
-                    args.push(unsafe { f16_src1(ctx, src1) }?);
+                    let (xh, partial) = unsafe { f16_src1(ctx, src1, extra) }?;
+                    if let Some((sp, _)) = split.as_mut() {
+                        sp.partial = partial.0;
+                    }
+                    args.push(xh);
                 }
                 MmaActs::F16Q8 => {
                     // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
@@ -1123,29 +1162,25 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
                 }
             }
             args.push(dptr(node.dst)).push(s);
-            let Some(split) = split else {
+            let Some((split, tile)) = split else {
                 // SAFETY: (w, [aq, ads | xh], dst, tandem_mm_shape); tiles past m, n or k are
                 // masked in the kernel; the q8_1 or f16 copy holds every column of every batch;
                 // the Hopper f16 GEMMs' copies were checked by `wgmma_fits`.
                 return unsafe { ctx.stream.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu);
             };
             args.push(split);
-            // SAFETY: (w, aq, ads, dst, tandem_mm_shape, tandem_mm_split); tiles past m, n or k
-            // are masked in the kernel, the q8_1 copy holds every column of every batch, the
-            // copies were checked by `wgmmq_fits`; the grid is `split.blocks()` and
-            // `split.partial` holds `partial_bytes` of scratch.
+            // SAFETY: (w, [aq, ads | xh], dst, tandem_mm_shape, tandem_mm_split); tiles past m,
+            // n or k are masked in the kernel, the q8_1 or f16 copy holds every column of every
+            // batch, the copies were checked by `wgmma_fits` / `wgmmq_fits`; the grid is
+            // `split.blocks()` and `split.partial` holds `partial_bytes` of scratch.
             unsafe { ctx.stream.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu)?;
             if split.parts > 1 {
                 let f = ctx.kernels.function(MMA_FAMILY, "tandem_mm_split_sum")?;
                 let mut args = KernelArgs::new();
-                args.push(dptr(node.dst))
-                    .push(s)
-                    .push(split)
-                    .push(WGMMQ_TILE.0)
-                    .push(WGMMQ_TILE.1);
+                args.push(dptr(node.dst)).push(s).push(split).push(tile.0).push(tile.1);
                 // SAFETY: (dst, tandem_mm_shape, tandem_mm_split, bm, bn) as the GEMM just
                 // queued on this stream wrote them.
-                unsafe { ctx.stream.launch(&f, split_sum_config(&split, WGMMQ_TILE), &mut args) }
+                unsafe { ctx.stream.launch(&f, split_sum_config(&split, tile), &mut args) }
                     .map_err(KernelError::Gpu)?;
             }
             return Ok(());
