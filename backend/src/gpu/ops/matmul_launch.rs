@@ -895,28 +895,11 @@ unsafe fn quantize_src1_with(
 
 /// Queues `entry` of `family`, which writes each value of `src1` converted to `elem_bytes`
 /// bytes into scratch (contiguous, column by column; grid as [`quantize_config`]), and returns
-/// the copy's address.
+/// the copy's address and that of `extra` more bytes of scratch after it (256-byte aligned).
 ///
 /// # Safety
 /// As [`quantize_src1`]; the entry's parameters are (const char* src, out*, tandem_q8_shape).
 unsafe fn convert_src1(
-    ctx: &LaunchCtx<'_>,
-    src1: &Tensor,
-    family: &str,
-    entry: &str,
-    elem_bytes: i64,
-    values_per_thread: u32,
-) -> Result<DevicePtr, KernelError> {
-    // SAFETY: forwarded.
-    unsafe { convert_src1_with(ctx, src1, family, entry, elem_bytes, values_per_thread, 0) }.map(|(out, _)| out)
-}
-
-/// As [`convert_src1`], with `extra` more bytes of scratch after the copy (256-byte aligned),
-/// whose address is returned second.
-///
-/// # Safety
-/// As [`convert_src1`].
-unsafe fn convert_src1_with(
     ctx: &LaunchCtx<'_>,
     src1: &Tensor,
     family: &str,
@@ -957,7 +940,7 @@ enum MmaActs {
 /// `extra` bytes of scratch follow the copy; their address is returned second.
 unsafe fn f16_src1(ctx: &LaunchCtx<'_>, src1: &Tensor, extra: usize) -> Result<(DevicePtr, DevicePtr), KernelError> {
     // SAFETY: forwarded; (const char*, u16*, tandem_mma_src_shape = tandem_q8_shape's layout).
-    unsafe { convert_src1_with(ctx, src1, MMA_FAMILY, "tandem_mma_f16_copy", 2, MMA_COPY_VALUES, extra) }
+    unsafe { convert_src1(ctx, src1, MMA_FAMILY, "tandem_mma_f16_copy", 2, MMA_COPY_VALUES, extra) }
 }
 
 /// Queues the q8-rounded f16 copy of `src1` (`tandem_mma_f16_q8_copy`) for the Hopper GEMM of
@@ -967,7 +950,7 @@ unsafe fn f16_src1(ctx: &LaunchCtx<'_>, src1: &Tensor, extra: usize) -> Result<(
 /// As [`quantize_src1`].
 unsafe fn f16_q8_src1(ctx: &LaunchCtx<'_>, src1: &Tensor) -> Result<DevicePtr, KernelError> {
     // SAFETY: forwarded; (const char*, u16*, tandem_mma_src_shape = tandem_q8_shape's layout).
-    unsafe { convert_src1(ctx, src1, MMA_FAMILY, "tandem_mma_f16_q8_copy", 2, MMA_COPY_VALUES) }
+    unsafe { convert_src1(ctx, src1, MMA_FAMILY, "tandem_mma_f16_q8_copy", 2, MMA_COPY_VALUES, 0) }.map(|(xh, _)| xh)
 }
 
 /// Weight types whose CPU dot products quantize activations to q8_0 or q8_1 (32-value blocks,
@@ -990,7 +973,7 @@ unsafe fn round_src1(ctx: &LaunchCtx<'_>, src1: &Tensor) -> Result<Tensor, Kerne
         ));
     }
     // SAFETY: forwarded; (const char*, float*, tandem_q8_shape).
-    let out = unsafe { convert_src1(ctx, src1, GEMV_FAMILY, "tandem_q8_round_f32", 4, 1) }?;
+    let (out, _) = unsafe { convert_src1(ctx, src1, GEMV_FAMILY, "tandem_q8_round_f32", 4, 1, 0) }?;
     let mut t = src1.clone();
     t.data = out.0 as usize;
     t.nb = tandem_graph::tensor::contiguous_strides(ElemType::F32, &t.ne);
