@@ -933,11 +933,11 @@ enum MmaActs {
     F16Q8,
 }
 
-/// Queues the f16 copy of `src1` (`tandem_mma_f16_copy`) for the f16 mma GEMM.
+/// Queues the f16 copy of `src1` (`tandem_mma_f16_copy`) for the f16 mma GEMM; `extra` bytes of
+/// scratch follow the copy, their address returned second.
 ///
 /// # Safety
 /// As [`quantize_src1`].
-/// `extra` bytes of scratch follow the copy; their address is returned second.
 unsafe fn f16_src1(ctx: &LaunchCtx<'_>, src1: &Tensor, extra: usize) -> Result<(DevicePtr, DevicePtr), KernelError> {
     // SAFETY: forwarded; (const char*, u16*, tandem_mma_src_shape = tandem_q8_shape's layout).
     unsafe { convert_src1(ctx, src1, MMA_FAMILY, "tandem_mma_f16_copy", 2, MMA_COPY_VALUES, extra) }
