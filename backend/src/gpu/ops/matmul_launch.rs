@@ -466,11 +466,7 @@ pub fn wgmma_shared_bytes(ty: ElemType) -> u32 {
 /// The Hopper f16 GEMM of f16 weights over the tiles and parts of `split` (one-dimensional
 /// grid; the block types' take [`wgmma_config`]).
 pub fn wgmma_f16_config(split: &MmSplit) -> LaunchConfig {
-    LaunchConfig {
-        grid: [split.blocks().clamp(1, MAX_GRID_X) as u32, 1, 1],
-        block: [WGMMA_THREADS, 1, 1],
-        shared_bytes: wgmma_shared_bytes(ElemType::F16),
-    }
+    split.config(WGMMA_THREADS, wgmma_shared_bytes(ElemType::F16))
 }
 
 pub fn wgmma_config(ty: ElemType, s: &MulMatShape) -> LaunchConfig {
@@ -520,11 +516,7 @@ pub fn wgmmq_shared_bytes(ty: ElemType) -> u32 {
 
 /// The Hopper int8 GEMM's launch over the tiles and parts of `split` (one-dimensional grid).
 pub fn wgmmq_config(ty: ElemType, split: &MmSplit) -> LaunchConfig {
-    LaunchConfig {
-        grid: [split.blocks().clamp(1, MAX_GRID_X) as u32, 1, 1],
-        block: [WGMMQ_THREADS, 1, 1],
-        shared_bytes: wgmmq_shared_bytes(ty),
-    }
+    split.config(WGMMQ_THREADS, wgmmq_shared_bytes(ty))
 }
 
 /// Most k ranges a tile of a GEMM's last wave is split into, and fewest k steps in a range.
@@ -589,6 +581,15 @@ impl MmSplit {
     /// Blocks of the GEMM's grid.
     pub fn blocks(&self) -> i64 {
         self.whole + self.parts * self.split_tiles()
+    }
+
+    /// The GEMM's launch: a block of `threads` per tile or part, one-dimensional grid.
+    pub fn config(&self, threads: u32, shared_bytes: u32) -> LaunchConfig {
+        LaunchConfig {
+            grid: [self.blocks().clamp(1, MAX_GRID_X) as u32, 1, 1],
+            block: [threads, 1, 1],
+            shared_bytes,
+        }
     }
 
     /// Scratch bytes of the parts past the first, tiles of `tile_values` f32 sums.
@@ -1101,21 +1102,21 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
         // run their tiles over a one-dimensional grid whose last wave is split in k ranges
         // ([`MmSplit`]).
         let units = i64::from(ctx.info.compute_units.max(1));
-        let (entry, cfg, mut split) = match (wgmma, wgmmq) {
+        let (entry, cfg, mut split, tile_m) = match (wgmma, wgmmq) {
             (Some(e), _) if w.ty == ElemType::F16 => {
                 let split = MmSplit::new(&s, WGMMA_TILE, (s.k + 63) / 64, units);
-                (e, wgmma_f16_config(&split), Some((split, WGMMA_TILE)))
+                (e, wgmma_f16_config(&split), Some((split, WGMMA_TILE)), WGMMA_TILE_M)
             }
-            (Some(e), _) => (e, wgmma_config(w.ty, &s), None),
+            (Some(e), _) => (e, wgmma_config(w.ty, &s), None, WGMMA_TILE_M),
             (None, Some(e)) => {
                 let split = MmSplit::new(&s, WGMMQ_TILE, s.k / 128, units);
-                (e, wgmmq_config(w.ty, &split), Some((split, WGMMQ_TILE)))
+                (e, wgmmq_config(w.ty, &split), Some((split, WGMMQ_TILE)), WGMMQ_TILE_M)
             }
-            (None, None) => (entry, mma_config(w.ty, &s), None),
+            (None, None) => (entry, mma_config(w.ty, &s), None, mma_tile(w.ty).1),
         };
         let grid_ok = match &split {
             Some((sp, _)) => sp.blocks() <= MAX_GRID_X,
-            None => (s.m + mma_tile(w.ty).1 - 1) / mma_tile(w.ty).1 <= MAX_GRID_YZ,
+            None => (s.m + tile_m - 1) / tile_m <= MAX_GRID_YZ,
         };
         if fits && grid_ok {
             let f = ctx.kernels.function(MMA_FAMILY, entry)?;
