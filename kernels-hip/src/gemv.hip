@@ -434,6 +434,35 @@ TANDEM_DEVICE void tandem_mv_put(const uint4 (&r)[NV], u8* dst, const u8* src, i
 
 // ---------------------------------------------------------------- activations in the block
 
+// Four consecutive values x of a 32-value group held four to a thread by eight consecutive lanes
+// (8-aligned; the xor shuffles below 8 stay inside the group on any wave size), quantized as
+// tandem's CPU (and ggml's) q8_0 activation copy is: q = round(x * (1/d)), d = amax / 127, and
+// the scale used in the dot is d rounded to f16. Block dot products then equal the CPU's
+// exactly and a model's tokens do not depend on the device (only the f32 summation order
+// differs). Returns the four q as bytes (value e in byte e); d and the sum of the group's 32 q
+// come back to every thread (the q8_1 pair is (f16(d), f16(d) * sum), tandem_q8_pair). Every
+// lane of the wave calls it.
+TANDEM_DEVICE u32 tandem_q8_quad(const float (&x)[4], float& d, int& sum) {
+    float amax = fmaxf(fmaxf(fabsf(x[0]), fabsf(x[1])), fmaxf(fabsf(x[2]), fabsf(x[3])));
+    for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor(amax, o));
+    d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    u32 packed = 0;
+    sum = 0;
+    for (int e = 0; e < 4; ++e) {
+        const int v = (int)roundf(x[e] * id);
+        sum += v;
+        packed |= (u32)(u8)(i8)v << (8 * e);
+    }
+    for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor(sum, o);
+    return packed;
+}
+// A group's q8_1 (d, d * sum) pair, d rounded to f16 first.
+TANDEM_DEVICE float2 tandem_q8_pair(float d, int sum) {
+    const float dh = tandem_f16_to_f32(tandem_f32_to_f16(d));
+    return make_float2(dh, dh * (float)sum);
+}
+
 // Quantizes `ncols` columns of `k` f32 values (value i of column j at base + i * nb0 + j * nb1)
 // to q8_1 in shared memory, as tandem_quantize_q8_1 does: int8 values at sq (k per column), one
 // (d, d * sum) pair per 32 values at sd. Eight threads per 32-value group, four values each;
@@ -474,24 +503,12 @@ TANDEM_DEVICE void tandem_mv_quantize_block(const char* base, i64 nb0, i64 nb1, 
             for (int u = 0; u < TANDEM_MV_QUANT_UNROLL; ++u) {
                 if (w0 + u * bd >= quads) break;  // the same for the whole wave
                 const int q = w0 + lane + u * bd;
-                float amax = fmaxf(fmaxf(fabsf(x[u][0]), fabsf(x[u][1])), fmaxf(fabsf(x[u][2]), fabsf(x[u][3])));
-                for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor(amax, o));
-                const float d = amax / 127.0f;
-                const float id = d != 0.0f ? 1.0f / d : 0.0f;
-                int sum = 0;
-                u32 packed = 0;
-                for (int e = 0; e < 4; ++e) {
-                    const int v = (int)roundf(x[u][e] * id);
-                    sum += v;
-                    packed |= (u32)(u8)(i8)v << (8 * e);
-                }
-                for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor(sum, o);
+                float d;
+                int sum;
+                const u32 packed = tandem_q8_quad(x[u], d, sum);
                 if (q < quads) {
                     ((u32*)cq)[q] = packed;
-                    if ((q & 7) == 0) {
-                        const float dh = tandem_f16_to_f32(tandem_f32_to_f16(d));
-                        cd[q / 8] = make_float2(dh, dh * (float)sum);
-                    }
+                    if ((q & 7) == 0) cd[q / 8] = tandem_q8_pair(d, sum);
                 }
             }
         }
@@ -986,9 +1003,9 @@ TANDEM_DEVICE void tandem_mmid_float(const char* w, const char* src1, const char
 }
 
 // f32 activations to q8_1: four consecutive values per thread (one 16-byte load where the
-// column is contiguous and aligned), eight threads per 32-value group (the xor shuffles below 8
-// stay inside a group on any wave size). Grid: x over k in 1024s, y over columns. k is a
-// multiple of 32, so a group's threads are all inside k or all past it.
+// column is contiguous and aligned), eight threads per 32-value group (tandem_q8_quad). Grid: x
+// over k in 1024s, y over columns. k is a multiple of 32, so a group's threads are all inside k
+// or all past it.
 #define TANDEM_Q8_VALUES 4
 extern "C" __global__ void __launch_bounds__(256)
 tandem_quantize_q8_1(const char* src, i8* aq, float2* ads, tandem_q8_shape s) {
@@ -1011,29 +1028,12 @@ tandem_quantize_q8_1(const char* src, i8* aq, float2* ads, tandem_q8_shape s) {
 #pragma unroll
             for (int e = 0; e < TANDEM_Q8_VALUES; ++e) x[e] = in ? *(const float*)(col + (i + e) * s.nb0) : 0.0f;
         }
-        float amax = 0.0f;
-#pragma unroll
-        for (int e = 0; e < TANDEM_Q8_VALUES; ++e) amax = fmaxf(amax, fabsf(x[e]));
-        for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor(amax, o));
-        // Quantized as tandem's CPU (and ggml's) q8_0 activations are: q = round(x * (1/d)), and
-        // the scale used in the dot is d rounded to f16. Block dot products then equal the CPU's
-        // exactly and a model's tokens do not depend on the device (only the f32 summation
-        // order differs).
-        const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        const float dh = tandem_f16_to_f32(tandem_f32_to_f16(d));
-        u32 packed = 0;
-        int sum = 0;
-#pragma unroll
-        for (int e = 0; e < TANDEM_Q8_VALUES; ++e) {
-            const int q = (int)roundf(x[e] * id);
-            sum += q;
-            packed |= ((u32)q & 0xffu) << (8 * e);
-        }
-        for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor(sum, o);
+        float d;
+        int sum;
+        const u32 packed = tandem_q8_quad(x, d, sum);
         if (in) {
             *(u32*)(aq + c * s.k + i) = packed;
-            if ((i & 31) == 0) ads[c * groups + i / 32] = make_float2(dh, dh * (float)sum);
+            if ((i & 31) == 0) ads[c * groups + i / 32] = tandem_q8_pair(d, sum);
         }
     }
 }
