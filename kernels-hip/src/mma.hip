@@ -399,9 +399,11 @@ struct tandem_mmf_iq4_nl {
 };
 
 // A thread's share of a tile's copies: thread t copies half (t % 2) of weight row t / 2's raw
-// step (8-byte units), of activation column t / 2's int8 values (KG 16-byte units) and of its
-// scale pairs (KG / 2). The pointers are at the current k step and advance by one step at a
-// time; rows past m and columns the map lacks copy nothing (zero-filled), from valid addresses.
+// step (8-byte units t % 2, t % 2 + 2, ...: the two threads of a row take adjacent units, so
+// each copy instruction reads 16 bytes of a row), of activation column t / 2's int8 values (KG
+// 16-byte units) and of its scale pairs (KG / 2). The pointers are at the current k step and
+// advance by one step at a time; rows past m and columns the map lacks copy nothing
+// (zero-filled), from valid addresses.
 template <typename T>
 struct tandem_mmq_plan {
     static constexpr int UNITS = T::STEP / 8;  // per weight row
@@ -421,7 +423,7 @@ TANDEM_DEVICE tandem_mmq_plan<T> tandem_mmq_make_plan(const u8* wb, i64 nb01, i6
     constexpr int RP = tandem_mmq_raw<T>::PAD;
     tandem_mmq_plan<T> p;
     const int r = threadIdx.x / 2, half = threadIdx.x % 2;
-    const int wu0 = T::WINDOW ? 0 : half * tandem_mmq_plan<T>::UH;
+    const int wu0 = T::WINDOW ? 0 : half;
     p.units = half == 0 ? tandem_mmq_plan<T>::UH : tandem_mmq_plan<T>::UN;
     const i64 row = row0 + r;
     p.wn = row < m ? 8 : 0;
@@ -473,21 +475,21 @@ TANDEM_DEVICE void tandem_mmq_stage(tandem_mmq_smem<T>& sm, int buf, tandem_mmq_
     } else if (ng == T::KG && al) {
 #pragma unroll
         for (int j = 0; j < tandem_mmq_plan<T>::UH; ++j) {
-            if (j < p.units) tandem_cp8(wdst + 8 * j, p.w + 8 * j, p.wn);
+            if (j < p.units) tandem_cp8(wdst + 16 * j, p.w + 16 * j, p.wn);
         }
         tandem_mmq_stage_acts<T>(adst, ddst, p);
     } else {
         // The last, partial step, or unaligned weight rows: bytes past the step's groups are zero.
         const int half = threadIdx.x % 2;
-        const int valid = ng * T::STEP / T::KG - 8 * (half * tandem_mmq_plan<T>::UH);
+        const int valid = ng * T::STEP / T::KG - 8 * half;
         for (int j = 0; j < p.units; ++j) {
-            int n = p.wn != 0 ? valid - 8 * j : 0;
+            int n = p.wn != 0 ? valid - 16 * j : 0;
             n = n < 0 ? 0 : (n > 8 ? 8 : n);
-            const u8* src = p.w + 8 * j;
+            const u8* src = p.w + 16 * j;
             if (al) {
-                tandem_cp8(wdst + 8 * j, n > 0 ? src : p.w, n);
+                tandem_cp8(wdst + 16 * j, n > 0 ? src : p.w, n);
             } else {
-                for (int i = 0; i < 8; i += 2) *(u16*)(wdst + 8 * j + i) = i < n ? *(const u16*)(src + i) : (u16)0;
+                for (int i = 0; i < 8; i += 2) *(u16*)(wdst + 16 * j + i) = i < n ? *(const u16*)(src + i) : (u16)0;
             }
         }
 #pragma unroll
@@ -1880,13 +1882,17 @@ TANDEM_DEVICE void tandem_wgmma_quant_tile(const char* w, const u16* xh, char* d
 template <typename T>
 struct tandem_wgmmq_layout {
     static constexpr int RAW_ROW = TANDEM_WGMMQ_KG * T::BYTES;
-    // 8-byte units of a row's raw step, and those of each of the four threads of a row (the last
-    // ones may have fewer or none).
-    static constexpr int UNITS = RAW_ROW / 8;
+    // A row's raw step is 8-byte aligned; it is copied as the UNITS 16-byte units around it (the
+    // first may hold 8 bytes before the step) into WROW bytes, UQ units by each of the four
+    // threads of a row (the last ones may have fewer or none).
+    static constexpr int UNITS = (RAW_ROW + 8 + 15) / 16;
+    static constexpr int WROW = UNITS * 16;
     static constexpr int UQ = (UNITS + 3) / 4;
+    // Bytes of the last unit inside the step, less the lead: all the others are whole.
+    static constexpr int TAIL = RAW_ROW - 16 * (UNITS - 1);
     // (d, s) f32 pairs of a step as copied, group-major: pair (g, c) at 8 (g * BN + c).
     static constexpr int PAIRS = TANDEM_WGMMQ_KG * TANDEM_WGMMQ_BN * 8;
-    static constexpr int STAGE = TANDEM_WGMMQ_TILE + PAIRS + (TANDEM_WGMMQ_BM * RAW_ROW + 1023) / 1024 * 1024;
+    static constexpr int STAGE = TANDEM_WGMMQ_TILE + PAIRS + (TANDEM_WGMMQ_BM * WROW + 1023) / 1024 * 1024;
     // Weight scales of a tile: d of row 8 j + 2 q + e (j < 16) and group g at (4 g + q) * SROW +
     // 2 j + e, m at SCALE_M + the same. A thread's 8 rows of a half and group are 8 floats in a
     // row; the rows of the four q lie 36 floats apart, so their 16-byte loads hit distinct banks.
@@ -1898,15 +1904,19 @@ struct tandem_wgmmq_layout {
     static constexpr int ACT = TANDEM_WGMMQ_BN * TANDEM_WGMMQ_KG;
     static constexpr int ACTS = 3 * ACT * 4;
     static constexpr int STAGES_AT = (2 * TANDEM_WGMMQ_TILE + 2 * SCALES + 2 * ACTS + 1023) / 1024 * 1024;
-    static_assert(RAW_ROW % 8 == 0, "raw steps are whole 8-byte units");
+    static_assert(RAW_ROW % 8 == 0 && TAIL >= 0 && TAIL + 8 <= 16, "raw steps are whole 8-byte units");
     static_assert(STAGE % 1024 == 0 && TANDEM_WGMMQ_TILE % 1024 == 0, "swizzled tiles start 1024-byte aligned");
 };
 
 // A thread's copies of each step: 16-byte piece t % 8 of the int8 rows of tile columns t / 8 +
 // 64 i (bit i of `in`: the map has the column), the pair of group t % 4 of tile column t / 4
-// (bit 2), and raw units UQ (t % 4) .. of weight row t / 4 (bit 3: the row is inside m). Offsets
-// into the q8_1 copy are 32-bit (it is at most MAX_SCRATCH, 1 GiB); missing columns and rows
-// copy zeros.
+// (bit 2), and 16-byte units t % 4, t % 4 + 4, ... of weight row t / 4's step (bit 3: the row
+// is inside m): the units around the step, from its address rounded down to 16 bytes (lead(),
+// 0 or 8 bytes) to its end, bytes past the end zero. The four threads of a row take adjacent
+// units, so each copy instruction reads whole sectors. The weights' base must be 16-byte aligned
+// (the host checks), so the bytes before a step are the row's previous step or the previous
+// row's last. Offsets into the q8_1 copy are 32-bit (it is at most MAX_SCRATCH, 1 GiB); missing
+// columns and rows copy zeros.
 template <typename T>
 struct tandem_wgmmq_copies {
     using L = tandem_wgmmq_layout<T>;
@@ -1918,6 +1928,7 @@ struct tandem_wgmmq_copies {
     u32 q[2];
     u32 d;
     u32 in;
+    int lead0;
     // Step 0 of the copies is step st0 of k.
     template <typename C>
     __device__ tandem_wgmmq_copies(const char* aq_, const char* ads_, i64 k, i64 st0, const C& cols,
@@ -1935,8 +1946,9 @@ struct tandem_wgmmq_copies {
         d = c >= 0 ? (u32)((c * (k / 32) + st0 * TANDEM_WGMMQ_KG + t % 4) * 8) : 0;
         if (c >= 0) in |= 4u;
         const bool row_in = t / 4 < rows;
-        w = row_in ? wrow0 + (t / 4) * nb01 + st0 * L::RAW_ROW + 8 * (t % 4) * L::UQ : wrow0;
+        w = row_in ? wrow0 + (t / 4) * nb01 + st0 * L::RAW_ROW : wrow0;
         if (row_in) in |= 8u;
+        lead0 = (int)((u64)w & 15u);
     }
     // The activation rows of step st into `act`.
     __device__ void acts(u8* act, i64 st) const {
@@ -1948,34 +1960,43 @@ struct tandem_wgmmq_copies {
             tandem_cp16s(at + i * 64 * 128, aq + (ok ? q[i] + (u32)st * 128 : 0), ok ? 16 : 0);
         }
     }
+    // Where row t / 4's step st starts in its staged row: 0 or 8 (steps are 8-byte aligned).
+    __device__ int lead(i64 st) const { return L::RAW_ROW % 16 ? lead0 ^ (((int)st & 1) << 3) : lead0; }
     // The pairs and raw weight blocks of step st into `pairs` and `raw`.
     __device__ void blocks(u8* pairs, u8* raw, i64 st) const {
-        const int t = threadIdx.x, u0 = (t % 4) * L::UQ;
+        const int t = threadIdx.x, u0 = t % 4;
         const bool dok = (in >> 2) & 1u;
         tandem_cp8(pairs + ((t % 4) * TANDEM_WGMMQ_BN + t / 4) * 8,
                    ads + (dok ? d + (u32)st * TANDEM_WGMMQ_KG * 8 : 0), dok ? 8 : 0);
         const bool wok = (in >> 3) & 1u;
-        const u8* src = w + (wok ? st * L::RAW_ROW : 0);
-        u8* dst = raw + (t / 4) * L::RAW_ROW + 8 * u0;
+        const int ld = lead(st);
+        const u8* src = w + (wok ? st * L::RAW_ROW - ld : 0);
+        const int tail = wok ? ld + L::TAIL : 0;
+        const u32 dst = tandem_smem_addr(raw) + (t / 4) * L::WROW + 16 * u0;
 #pragma unroll
         for (int j = 0; j < L::UQ; ++j) {
-            if (u0 + j < L::UNITS) tandem_cp8(dst + 8 * j, src + 8 * j, wok ? 8 : 0);
+            const int u = u0 + 4 * j;
+            const int n = u < L::UNITS - 1 ? (wok ? 16 : 0) : tail;
+            // Copies of no bytes name the activation copy (valid, 16-byte aligned).
+            if (u < L::UNITS) tandem_cp16s(dst + 64 * j, n > 0 ? (const void*)(src + 16 * u) : (const void*)aq, n);
         }
     }
 };
 
-// Thread t: block t % 4 of row t / 4 of the raw step at `raw`, as int8 into the swizzled tile
+// Thread t: block t % 4 of row t / 4 of the raw step at `raw` (`lead` bytes into its staged row,
+// as tandem_wgmmq_copies::lead says), as int8 into the swizzled tile
 // (values 0-15 in piece 2 (t % 4), 16-31 in the next) and its d, m into `scales`; and pair t of
 // the copied step at `pairs` into `act`.
 template <typename T>
-TANDEM_DEVICE void tandem_wgmmq_prepare(u8* tile, float* scales, float* act, const u8* raw, const u8* pairs) {
+TANDEM_DEVICE void tandem_wgmmq_prepare(u8* tile, float* scales, float* act, const u8* raw, const u8* pairs,
+                                         int lead) {
     using L = tandem_wgmmq_layout<T>;
     // The pair first: read after the stores below, it would wait out its latency there.
     const int p = threadIdx.x;
     const float2 ds = ((const float2*)pairs)[p];
     const int r = threadIdx.x / 4, blk = threadIdx.x % 4;
     const int at = blk * 4 * L::SROW + ((r % 8) / 2) * L::SROW + 2 * (r / 8) + r % 2;  // row r = 8 j + 2 q + e
-    const u8* b = raw + r * L::RAW_ROW + blk * T::BYTES;
+    const u8* b = raw + r * L::WROW + lead + blk * T::BYTES;
     u32 lo[4], hi[4];
     float d, m;
 #pragma unroll
@@ -2073,7 +2094,7 @@ TANDEM_DEVICE void tandem_wgmmq_tile(u8* base, const u8* wb, i64 nb01, i64 m, i6
     }
     tandem_cp_wait<TANDEM_WGMMQ_STAGES - 2>();
     __syncthreads();
-    tandem_wgmmq_prepare<T>(tile(0), scales(0), acts(0), raw(0), pairs(0));
+    tandem_wgmmq_prepare<T>(tile(0), scales(0), acts(0), raw(0), pairs(0), cp.lead(0));
     float acc[32];
     int lo[16], hi[16];
 #pragma unroll
@@ -2102,7 +2123,9 @@ TANDEM_DEVICE void tandem_wgmmq_tile(u8* base, const u8* wb, i64 nb01, i64 m, i6
         if (next < steps) cp.acts(act(next), next);
         if (next + 1 < steps) cp.blocks(pairs(next + 1), raw(next + 1), next + 1);
         tandem_cp_commit();
-        if (st + 1 < steps) tandem_wgmmq_prepare<T>(tile(st + 1), scales(st + 1), acts(st + 1), raw(st + 1), pairs(st + 1));
+        if (st + 1 < steps)
+            tandem_wgmmq_prepare<T>(tile(st + 1), scales(st + 1), acts(st + 1), raw(st + 1), pairs(st + 1),
+                                    cp.lead(st + 1));
         float4 s0 = make_float4(0, 0, 0, 0), s1 = s0;
         if (T::MIN) {
             s0 = *(const float4*)(av + 2 * L::ACT + 4 * a0);

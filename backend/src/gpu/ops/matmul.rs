@@ -579,10 +579,24 @@ mod tests {
             let nb02 = q.nb02 + unit / 2;
             assert!(!fits(ElemType::Q4_0, at, &MulMatShape { nb02, ..q }), "batch base off");
         }
+        // The int8 GEMM copies 16-byte units from up to 8 bytes before a step: the weights' base
+        // 16-byte aligned, rows and batches 8.
+        assert!(!wgmmq_fits(ElemType::Q4_0, DevicePtr((1 << 20) + 8), &q));
+        let (nb01, nb02) = (q.nb01 + 8, (q.nb01 + 8) * q.m + 8);
+        assert!(wgmmq_fits(
+            ElemType::Q4_0,
+            at,
+            &MulMatShape {
+                nb01,
+                nb02,
+                nb03: nb02,
+                ..q
+            }
+        ));
         assert!(!wgmma_fits(ElemType::Q4K, at, &q), "no Hopper GEMM for superblocks");
         // Hopper int8 GEMM: 512 threads, 128 x 128 tiles; q4_0: two 16 KiB weight tiles with
         // 4.5 KiB of scales and 6 KiB of converted activation scales each (53 KiB in all), four
-        // steps of 16 KiB activations + 4 KiB pairs + 9 KiB raw blocks.
+        // steps of 16 KiB activations + 4 KiB pairs + 10 KiB raw blocks (80-byte staged rows).
         // 14336 x 4096 x 512 on 132 SMs: 448 tiles, three whole waves and 52 tiles in two k
         // halves of 16 steps (104 blocks more).
         let split = MmSplit::new(&mm, (128, 128), mm.k / 128, 132);
@@ -595,7 +609,7 @@ mod tests {
         let c = wgmmq_config(ElemType::Q4_0, &split);
         assert_eq!(
             (c.grid, c.block, c.shared_bytes),
-            ([500, 1, 1], [512, 1, 1], 54_272 + 4 * (16_384 + 4096 + 9216) + 1024)
+            ([500, 1, 1], [512, 1, 1], 54_272 + 4 * (16_384 + 4096 + 10_240) + 1024)
         );
         let c = split_sum_config(&split, (128, 128));
         assert_eq!((c.grid, c.block), ([52, 16, 1], [128, 1, 1]));

@@ -492,24 +492,31 @@ pub fn wgmmq_entry(ty: ElemType) -> Option<&'static str> {
 }
 
 /// Whether weights of `ty` at `base` with shape `s` can take the Hopper int8 GEMM: each k step is
-/// four whole blocks per row copied in 8-byte units, so k must be a multiple of 128 and rows and
-/// batch bases 8-byte aligned.
+/// four whole blocks per row, copied as the 16-byte units around it (from up to 8 bytes before
+/// it), so k must be a multiple of 128, rows and batch bases 8-byte aligned and the weights'
+/// base 16-byte aligned (the bytes before any step then lie inside the weights).
 pub fn wgmmq_fits(ty: ElemType, base: DevicePtr, s: &MulMatShape) -> bool {
-    wgmmq_entry(ty).is_some() && s.k > 0 && s.k % 128 == 0 && (base.0 as i64 | s.nb01 | s.nb02 | s.nb03) % 8 == 0
+    wgmmq_entry(ty).is_some()
+        && s.k > 0
+        && s.k % 128 == 0
+        && (s.nb01 | s.nb02 | s.nb03) % 8 == 0
+        && base.0.is_multiple_of(16)
 }
 
 /// Dynamic shared memory of a Hopper int8 GEMM block for weights of `ty`: two int8 weight tiles,
 /// their scales (d and m per row and group, f32, padded) and two sets of converted activation
 /// scales (d, -12582912 d and s per column and group, f32), all padded to 1024 bytes; then
 /// `WGMMQ_STAGES` steps of activation columns, their (d, s) pairs and the raw weight blocks (four
-/// per row, padded to 1024 bytes); plus 1024 bytes to align the first tile.
+/// per row as the 16-byte units around them, padded to 1024 bytes); plus 1024 bytes to align the
+/// first tile.
 pub fn wgmmq_shared_bytes(ty: ElemType) -> u32 {
     let tile = WGMMQ_TILE_M * 128;
     // d and m of 4 groups x 4 rows of 36 floats (32 weight rows and padding).
     let scales = 2 * 4 * 4 * 36 * 4;
     let acts = 3 * WGMMQ_TILE_N * 4 * 4;
     let pairs = 4 * WGMMQ_TILE_N * 8;
-    let raw = (WGMMQ_TILE_M * 4 * ty.type_size() as i64 + 1023) / 1024 * 1024;
+    let row = (4 * ty.type_size() as i64 + 8 + 15) / 16 * 16;
+    let raw = (WGMMQ_TILE_M * row + 1023) / 1024 * 1024;
     let fixed = (2 * (tile + scales + acts) + 1023) / 1024 * 1024;
     (fixed + WGMMQ_STAGES * (WGMMQ_TILE_N * 128 + pairs + raw) + 1024) as u32
 }
