@@ -1866,9 +1866,10 @@ TANDEM_DEVICE void tandem_wgmma_quant_tile(const char* w, const u16* xh, char* d
 // unpacks one block of step s + 1 (frag()) into the other of two swizzled weight tiles with its
 // d and m, and turns one pair of step s + 1 into (d_a, n_a, s_a). Shared memory (dynamic,
 // `wgmmq_shared_bytes` in matmul_launch.rs): the two weight tiles, their scales, the two
-// converted pair sets, then the stages (activation rows, pairs, raw blocks padded to 1024
-// bytes). Weight rows must be 8-byte aligned and k a multiple of 128 (the host checks; the int8
-// tiles take the rest).
+// converted pair sets, then the stages (activation rows, pairs, each weight row's raw step as
+// the 16-byte units around it, padded to 1024 bytes). Weight rows must be 8-byte aligned, the
+// weights' base 16-byte aligned and k a multiple of 128 (the host checks; the int8 tiles take
+// the rest).
 
 #define TANDEM_WGMMQ_THREADS 512
 #define TANDEM_WGMMQ_BM 128
