@@ -24,11 +24,11 @@
 //
 // Hopper (sm_90a) paths: tandem_wgmma_f16 and tandem_wgmma_<type> for the 32-value block types,
 // warpgroup mma on 128 x 256 tiles against the same f16 copy of src1 (see "f16 path, Hopper");
-// tandem_wgmmq_<type>, int8 warpgroup mma for the 32-value block types against the q8_1 copy,
-// the integer path's sums on 128 x 128 tiles (see "integer path, Hopper"). tandem_wgmma_f16 and
-// tandem_wgmmq_<type> run the tiles of all batches over a one-dimensional grid, those of the
-// last, partial wave split in k ranges whose sums tandem_mm_split_sum adds up (see
-// tandem_mm_split).
+// tandem_wgmmq_<type>, int8 warpgroup mma for the 32-value block types, q4_K and q5_K against
+// the q8_1 copy, the integer path's sums on 128 x 128 tiles (see "integer path, Hopper").
+// tandem_wgmma_f16 and tandem_wgmmq_<type> run the tiles of all batches over a one-dimensional
+// grid, those of the last, partial wave split in k ranges whose sums tandem_mm_split_sum adds up
+// (see tandem_mm_split).
 #include "tandem_hip.h"
 #include "tandem_quant.h"
 
@@ -1838,18 +1838,18 @@ TANDEM_DEVICE void tandem_wgmma_quant_tile(const char* w, const u16* xh, char* d
 }
 
 // ---------------------------------------------------------------- integer path, Hopper
-// The 32-value block types against the q8_1 copy of the activations with int8 warpgroup mma
-// (sm_90a): the exact integer group sums of the int8 tiles above, scaled in f32, so the results
-// are theirs (the CPU's up to the f32 summation order). Block = TANDEM_WGMMQ_THREADS (512)
-// threads, four warpgroups; tile TANDEM_WGMMQ_BM (128) weight rows x TANDEM_WGMMQ_BN (128)
-// columns; k steps of 128 values (TANDEM_WGMMQ_KG groups): one 128-byte int8 row per weight row
-// and activation column, swizzled as in the f16 path, each group the same descriptor 32 bytes
-// further on. Warpgroup w takes tile columns 64 (w % 2) .. + 64 (the mma's A operand) against
-// weight rows 64 (w / 2) .. + 64 (its B operand), as two halves of 32 rows; so a thread's
-// accumulators span two activation columns (64 (w % 2) + 16 (i / 32) + (i % 32) / 4, + 8; i =
-// thread of the warpgroup) and 16 weight rows (64 (w / 2) + 32 h + 8 j + 2 (i % 4) + e): it
-// keeps the activation scales in registers and reads one weight scale per row and group. Four
-// warpgroups of modest register use (rather than two with twice the tile each) give every
+// The 32-value block types (and q4_K, q5_K: tandem_wgmmq_super) against the q8_1 copy of the
+// activations with int8 warpgroup mma (sm_90a): the exact integer group sums of the int8 tiles
+// above, scaled in f32, so the results are theirs (the CPU's up to the f32 summation order).
+// Block = TANDEM_WGMMQ_THREADS (512) threads, four warpgroups; tile TANDEM_WGMMQ_BM (128) weight
+// rows x TANDEM_WGMMQ_BN (128) columns; k steps of 128 values (TANDEM_WGMMQ_KG groups): one
+// 128-byte int8 row per weight row and activation column, swizzled as in the f16 path, each group
+// the same descriptor 32 bytes further on. Warpgroup w takes tile columns 64 (w % 2) .. + 64 (the
+// mma's A operand) against weight rows 64 (w / 2) .. + 64 (its B operand), as two halves of 32
+// rows; so a thread's accumulators span two activation columns (64 (w % 2) + 16 (i / 32) + (i % 32)
+// / 4, + 8; i = thread of the warpgroup) and 16 weight rows (64 (w / 2) + 32 h + 8 j + 2 (i % 4) +
+// e): it keeps the activation scales in registers and reads one weight scale per row and group.
+// Four warpgroups of modest register use (rather than two with twice the tile each) give every
 // scheduler four warps to switch between while one waits.
 //
 // Per group and half, an m64n32k32 mma writes the int32 group sums; once it is done the threads
@@ -1880,13 +1880,32 @@ TANDEM_DEVICE void tandem_wgmma_quant_tile(const char* w, const u16* xh, char* d
 #define TANDEM_WGMMQ_TILE (128 * 128)
 #define TANDEM_WGMMQ_MAGIC 0x4B400000
 
+// The superblock types on the same GEMM: a k step is half of a 256-value superblock (four of its
+// eight groups); each step copies its whole superblock (16-byte aligned) and reads groups 4 h ..
+// 4 h + 3 of it, h = the step's half (R: the reader of tandem_mmq_step, frag(r, g, c, ...)).
+template <typename R>
+struct tandem_wgmmq_super : R {
+    static constexpr bool SB = true;
+    static constexpr int BYTES = R::CHUNK;
+};
+template <typename T, typename = void>
+struct tandem_wgmmq_is_super {
+    static constexpr bool value = false;
+};
+template <typename T>
+struct tandem_wgmmq_is_super<T, decltype((void)T::SB)> {
+    static constexpr bool value = T::SB;
+};
+
 template <typename T>
 struct tandem_wgmmq_layout {
-    static constexpr int RAW_ROW = TANDEM_WGMMQ_KG * T::BYTES;
-    // A row's raw step is 8-byte aligned; it is copied as the UNITS 16-byte units around it (the
-    // first may hold 8 bytes before the step) into WROW bytes, UQ units by each of the four
-    // threads of a row (the last ones may have fewer or none).
-    static constexpr int UNITS = (RAW_ROW + 8 + 15) / 16;
+    static constexpr bool SB = tandem_wgmmq_is_super<T>::value;
+    // Raw bytes a row's step copies: four blocks, or the step's whole superblock.
+    static constexpr int RAW_ROW = SB ? T::BYTES : TANDEM_WGMMQ_KG * T::BYTES;
+    // A row's raw step is 8-byte aligned (a superblock 16-byte); it is copied as the UNITS 16-byte
+    // units around it (the first may hold 8 bytes before the step) into WROW bytes, UQ units by
+    // each of the four threads of a row (the last ones may have fewer or none).
+    static constexpr int UNITS = SB ? RAW_ROW / 16 : (RAW_ROW + 8 + 15) / 16;
     static constexpr int WROW = UNITS * 16;
     static constexpr int UQ = (UNITS + 3) / 4;
     // Bytes of the last unit inside the step, less the lead: all the others are whole.
@@ -1905,7 +1924,8 @@ struct tandem_wgmmq_layout {
     static constexpr int ACT = TANDEM_WGMMQ_BN * TANDEM_WGMMQ_KG;
     static constexpr int ACTS = 3 * ACT * 4;
     static constexpr int STAGES_AT = (2 * TANDEM_WGMMQ_TILE + 2 * SCALES + 2 * ACTS + 1023) / 1024 * 1024;
-    static_assert(RAW_ROW % 8 == 0 && TAIL >= 0 && TAIL + 8 <= 16, "raw steps are whole 8-byte units");
+    static_assert(SB ? RAW_ROW % 16 == 0 : (RAW_ROW % 8 == 0 && TAIL >= 0 && TAIL + 8 <= 16),
+                  "raw steps are whole 8-byte units, superblocks whole 16-byte units");
     static_assert(STAGE % 1024 == 0 && TANDEM_WGMMQ_TILE % 1024 == 0, "swizzled tiles start 1024-byte aligned");
 };
 
@@ -1929,7 +1949,7 @@ struct tandem_wgmmq_copies {
     u32 q[2];
     u32 d;
     u32 in;
-    int lead0;
+    int lead0;  // superblocks: the half of step 0 (lead() is 0)
     // Step 0 of the copies is step st0 of k.
     template <typename C>
     __device__ tandem_wgmmq_copies(const char* aq_, const char* ads_, i64 k, i64 st0, const C& cols,
@@ -1947,9 +1967,9 @@ struct tandem_wgmmq_copies {
         d = c >= 0 ? (u32)((c * (k / 32) + st0 * TANDEM_WGMMQ_KG + t % 4) * 8) : 0;
         if (c >= 0) in |= 4u;
         const bool row_in = t / 4 < rows;
-        w = row_in ? wrow0 + (t / 4) * nb01 + st0 * L::RAW_ROW : wrow0;
+        w = row_in ? wrow0 + (t / 4) * nb01 + (L::SB ? st0 / 2 : st0) * L::RAW_ROW : wrow0;
         if (row_in) in |= 8u;
-        lead0 = (int)((u64)w & 15u);
+        lead0 = L::SB ? (int)(st0 & 1) : (int)((u64)w & 15u);
     }
     // The activation rows of step st into `act`.
     __device__ void acts(u8* act, i64 st) const {
@@ -1961,8 +1981,18 @@ struct tandem_wgmmq_copies {
             tandem_cp16s(at + i * 64 * 128, aq + (ok ? q[i] + (u32)st * 128 : 0), ok ? 16 : 0);
         }
     }
-    // Where row t / 4's step st starts in its staged row: 0 or 8 (steps are 8-byte aligned).
-    __device__ int lead(i64 st) const { return L::RAW_ROW % 16 ? lead0 ^ (((int)st & 1) << 3) : lead0; }
+    // Where row t / 4's step st starts in its staged row: 0 or 8 (steps are 8-byte aligned;
+    // superblocks 0).
+    __device__ int lead(i64 st) const {
+        if (L::SB) return 0;
+        return L::RAW_ROW % 16 ? lead0 ^ (((int)st & 1) << 3) : lead0;
+    }
+    // Superblocks: the first of step st's four groups in its superblock (0 or 4).
+    __device__ int group0(i64 st) const { return L::SB ? 4 * ((lead0 + (int)st) & 1) : 0; }
+    // Bytes from w to the start of step st's staged units.
+    __device__ i64 offset(i64 st) const {
+        return L::SB ? (i64)((lead0 + st) >> 1) * L::RAW_ROW : st * L::RAW_ROW - lead(st);
+    }
     // The pairs and raw weight blocks of step st into `pairs` and `raw`.
     __device__ void blocks(u8* pairs, u8* raw, i64 st) const {
         const int t = threadIdx.x, u0 = t % 4;
@@ -1971,7 +2001,7 @@ struct tandem_wgmmq_copies {
                    ads + (dok ? d + (u32)st * TANDEM_WGMMQ_KG * 8 : 0), dok ? 8 : 0);
         const bool wok = (in >> 3) & 1u;
         const int ld = lead(st);
-        const u8* src = w + (wok ? st * L::RAW_ROW - ld : 0);
+        const u8* src = w + (wok ? offset(st) : 0);
         const int tail = wok ? ld + L::TAIL : 0;
         const u32 dst = tandem_smem_addr(raw) + (t / 4) * L::WROW + 16 * u0;
 #pragma unroll
@@ -1985,23 +2015,30 @@ struct tandem_wgmmq_copies {
 };
 
 // Thread t: block t % 4 of row t / 4 of the raw step at `raw` (`lead` bytes into its staged row,
-// as tandem_wgmmq_copies::lead says), as int8 into the swizzled tile
+// as tandem_wgmmq_copies::lead says; superblocks: group g0 + t % 4 of the staged superblock), as
+// int8 into the swizzled tile
 // (values 0-15 in piece 2 (t % 4), 16-31 in the next) and its d, m into `scales`; and pair t of
 // the copied step at `pairs` into `act`.
 template <typename T>
 TANDEM_DEVICE void tandem_wgmmq_prepare(u8* tile, float* scales, float* act, const u8* raw, const u8* pairs,
-                                         int lead) {
+                                         int lead, int g0) {
     using L = tandem_wgmmq_layout<T>;
     // The pair first: read after the stores below, it would wait out its latency there.
     const int p = threadIdx.x;
     const float2 ds = ((const float2*)pairs)[p];
     const int r = threadIdx.x / 4, blk = threadIdx.x % 4;
     const int at = blk * 4 * L::SROW + ((r % 8) / 2) * L::SROW + 2 * (r / 8) + r % 2;  // row r = 8 j + 2 q + e
-    const u8* b = raw + r * L::WROW + lead + blk * T::BYTES;
     u32 lo[4], hi[4];
     float d, m;
+    if constexpr (L::SB) {
+        const u8* b = raw + r * L::WROW;
 #pragma unroll
-    for (int c = 0; c < 4; ++c) T::frag(b, c, lo[c], hi[c], d, m);
+        for (int c = 0; c < 4; ++c) T::frag(b, g0 + blk, c, lo[c], hi[c], d, m);
+    } else {
+        const u8* b = raw + r * L::WROW + lead + blk * T::BYTES;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) T::frag(b, c, lo[c], hi[c], d, m);
+    }
     *(uint4*)(tile + tandem_wgmma_at(r, 2 * blk)) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
     *(uint4*)(tile + tandem_wgmma_at(r, 2 * blk + 1)) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
     scales[at] = d;
@@ -2095,7 +2132,7 @@ TANDEM_DEVICE void tandem_wgmmq_tile(u8* base, const u8* wb, i64 nb01, i64 m, i6
     }
     tandem_cp_wait<TANDEM_WGMMQ_STAGES - 2>();
     __syncthreads();
-    tandem_wgmmq_prepare<T>(tile(0), scales(0), acts(0), raw(0), pairs(0), cp.lead(0));
+    tandem_wgmmq_prepare<T>(tile(0), scales(0), acts(0), raw(0), pairs(0), cp.lead(0), cp.group0(0));
     float acc[32];
     int lo[16], hi[16];
 #pragma unroll
@@ -2126,7 +2163,7 @@ TANDEM_DEVICE void tandem_wgmmq_tile(u8* base, const u8* wb, i64 nb01, i64 m, i6
         tandem_cp_commit();
         if (st + 1 < steps)
             tandem_wgmmq_prepare<T>(tile(st + 1), scales(st + 1), acts(st + 1), raw(st + 1), pairs(st + 1),
-                                    cp.lead(st + 1));
+                                    cp.lead(st + 1), cp.group0(st + 1));
         float4 s0 = make_float4(0, 0, 0, 0), s1 = s0;
         if (T::MIN) {
             s0 = *(const float4*)(av + 2 * L::ACT + 4 * a0);
@@ -2366,6 +2403,12 @@ TANDEM_WGMMQ_KERNEL tandem_wgmmq_q5_1(TANDEM_WGMMQ_ARGS) { tandem_wgmmq_quant<ta
 TANDEM_WGMMQ_KERNEL tandem_wgmmq_q8_0(TANDEM_WGMMQ_ARGS) { tandem_wgmmq_quant<tandem_mmf_q8_0>(w, aq, ads, dst, s, sp); }
 TANDEM_WGMMQ_KERNEL tandem_wgmmq_iq4_nl(TANDEM_WGMMQ_ARGS) {
     tandem_wgmmq_quant<tandem_mmf_iq4_nl>(w, aq, ads, dst, s, sp);
+}
+TANDEM_WGMMQ_KERNEL tandem_wgmmq_q4_K(TANDEM_WGMMQ_ARGS) {
+    tandem_wgmmq_quant<tandem_wgmmq_super<tandem_mmvw_q4_K>>(w, aq, ads, dst, s, sp);
+}
+TANDEM_WGMMQ_KERNEL tandem_wgmmq_q5_K(TANDEM_WGMMQ_ARGS) {
+    tandem_wgmmq_quant<tandem_wgmmq_super<tandem_mmvw_q5_K>>(w, aq, ads, dst, s, sp);
 }
 
 // src1 (f32, [k, ne1, ne2, ne3] with byte strides, as tandem_q8_shape in gemv.hip) rounded to

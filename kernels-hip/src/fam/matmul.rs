@@ -119,6 +119,8 @@ pub(crate) const FAMILIES: &[KernelSource] = &[
             "tandem_wgmmq_q5_1",
             "tandem_wgmmq_q8_0",
             "tandem_wgmmq_iq4_nl",
+            "tandem_wgmmq_q4_K",
+            "tandem_wgmmq_q5_K",
             "tandem_mma_f16_copy",
             "tandem_mma_f16_q8_copy",
             "tandem_mmid_route",

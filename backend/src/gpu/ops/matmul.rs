@@ -617,7 +617,7 @@ mod tests {
             let e = wgmmq_entry(ty);
             assert_eq!(
                 e.is_some(),
-                mmid_mma_entry(ty).is_some() && ty.block_size() == 32,
+                mmid_mma_entry(ty).is_some() && ty.block_size() == 32 || matches!(ty, ElemType::Q4K | ElemType::Q5K),
                 "{ty}"
             );
             if let Some(entry) = e {
@@ -626,7 +626,27 @@ mod tests {
                 assert!(bytes <= 227 * 1024 && bytes.is_multiple_of(1024), "{ty}");
             }
         }
-        assert!(!wgmmq_fits(ElemType::Q4K, at, &q) && !wgmmq_fits(ElemType::F16, at, &q));
+        assert!(!wgmmq_fits(ElemType::F16, at, &q) && !wgmmq_fits(ElemType::Q6K, at, &q));
+        // q4_K: whole 144-byte superblocks, rows and batches 16-byte aligned.
+        let qk = MulMatShape {
+            nb01: 144 * mm.k / 256,
+            nb02: 144 * mm.k / 256 * mm.m,
+            nb03: 144 * mm.k / 256 * mm.m,
+            ..mm
+        };
+        assert!(wgmmq_fits(ElemType::Q4K, at, &qk));
+        assert!(!wgmmq_fits(
+            ElemType::Q4K,
+            at,
+            &MulMatShape {
+                nb02: qk.nb02 + 8,
+                ..qk
+            }
+        ));
+        assert_eq!(
+            wgmmq_shared_bytes(ElemType::Q4K),
+            54_272 + 4 * (16_384 + 4096 + 18_432) + 1024
+        );
         // Tensor-core GEMV: 3..=8 columns, rows and batch bases 16-byte aligned.
         let few = MulMatShape { n: 8, ..q };
         assert!(mmv_fits(ElemType::Q4_0, at, &few));

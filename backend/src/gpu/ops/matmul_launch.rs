@@ -24,12 +24,12 @@
 //!   on the f16 copy of src1 with warpgroup mma; block 256 (two warpgroups), 128 x 256 tiles,
 //!   grid (ceil(n / 256), ceil(m / 128), batches), dynamic shared memory [`wgmma_shared_bytes`];
 //!   f16 weights (`tandem_wgmma_f16`) take a one-dimensional grid split as the int8 GEMM's below.
-//! - `tandem_wgmmq_<type>` (NVIDIA sm_90, the 32-value block types unless `TANDEM_F16_PREFILL`):
-//!   int8 warpgroup mma on the q8_1 copy of src1; block 512 (four warpgroups), 128 x 128 tiles,
-//!   one-dimensional grid over the tiles of all batches, those of the last partial wave split in
-//!   up to four k ranges ([`MmSplit`]), dynamic shared memory [`wgmmq_shared_bytes`]; then, where
-//!   tiles were split, `tandem_mm_split_sum`: block 128 per 8 columns of a split tile, grid
-//!   (split tiles, 16).
+//! - `tandem_wgmmq_<type>` (NVIDIA sm_90, the 32-value block types unless `TANDEM_F16_PREFILL`,
+//!   q4_K and q5_K): int8 warpgroup mma on the q8_1 copy of src1; block 512 (four warpgroups),
+//!   128 x 128 tiles, one-dimensional grid over the tiles of all batches, those of the last
+//!   partial wave split in up to four k ranges ([`MmSplit`]), dynamic shared memory
+//!   [`wgmmq_shared_bytes`]; then, where tiles were split, `tandem_mm_split_sum`: block 128 per 8
+//!   columns of a split tile, grid (split tiles, 16).
 //! - `tandem_mmv_<type>` (NVIDIA sm_80+, [`mmv_entry`], 3..=8 columns, [`mmv_fits`]): int8 mma on
 //!   the q8_1 copy of src1 for batched decode; block 128 (four warps splitting k) per tile of 32
 //!   weight rows, each block taking every grid.x-th tile ([`mmv_config`]: at most two blocks per
@@ -476,7 +476,8 @@ pub fn wgmma_config(ty: ElemType, s: &MulMatShape) -> LaunchConfig {
     }
 }
 
-/// The Hopper int8 GEMM for weights of `ty` (the 32-value block types), if there is one. (Grouped
+/// The Hopper int8 GEMM for weights of `ty` (the 32-value block types, q4_K and q5_K), if there
+/// is one. (Grouped
 /// MUL_MAT_ID keeps the 64 x 64 int8 tiles: an expert's few tokens would fill a fraction of a
 /// 128-column tile, whose scaling work is per column all the same.)
 pub fn wgmmq_entry(ty: ElemType) -> Option<&'static str> {
@@ -487,6 +488,8 @@ pub fn wgmmq_entry(ty: ElemType) -> Option<&'static str> {
         ElemType::Q5_1 => "tandem_wgmmq_q5_1",
         ElemType::Q8_0 => "tandem_wgmmq_q8_0",
         ElemType::IQ4NL => "tandem_wgmmq_iq4_nl",
+        ElemType::Q4K => "tandem_wgmmq_q4_K",
+        ElemType::Q5K => "tandem_wgmmq_q5_K",
         _ => return None,
     })
 }
@@ -494,12 +497,14 @@ pub fn wgmmq_entry(ty: ElemType) -> Option<&'static str> {
 /// Whether weights of `ty` at `base` with shape `s` can take the Hopper int8 GEMM: each k step is
 /// four whole blocks per row, copied as the 16-byte units around it (from up to 8 bytes before
 /// it), so k must be a multiple of 128, rows and batch bases 8-byte aligned and the weights'
-/// base 16-byte aligned (the bytes before any step then lie inside the weights).
+/// base 16-byte aligned (the bytes before any step then lie inside the weights); for q4_K and
+/// q5_K half a superblock, the whole superblock copied, so rows and batch bases 16-byte aligned.
 pub fn wgmmq_fits(ty: ElemType, base: DevicePtr, s: &MulMatShape) -> bool {
+    let rows = if ty.block_size() == 32 { 8 } else { 16 };
     wgmmq_entry(ty).is_some()
         && s.k > 0
         && s.k % 128 == 0
-        && (s.nb01 | s.nb02 | s.nb03) % 8 == 0
+        && (s.nb01 | s.nb02 | s.nb03) % rows == 0
         && base.0.is_multiple_of(16)
 }
 
@@ -507,15 +512,19 @@ pub fn wgmmq_fits(ty: ElemType, base: DevicePtr, s: &MulMatShape) -> bool {
 /// their scales (d and m per row and group, f32, padded) and two sets of converted activation
 /// scales (d, -12582912 d and s per column and group, f32), all padded to 1024 bytes; then
 /// `WGMMQ_STAGES` steps of activation columns, their (d, s) pairs and the raw weight blocks (four
-/// per row as the 16-byte units around them, padded to 1024 bytes); plus 1024 bytes to align the
-/// first tile.
+/// per row as the 16-byte units around them, or the step's superblock, padded to 1024 bytes);
+/// plus 1024 bytes to align the first tile.
 pub fn wgmmq_shared_bytes(ty: ElemType) -> u32 {
     let tile = WGMMQ_TILE_M * 128;
     // d and m of 4 groups x 4 rows of 36 floats (32 weight rows and padding).
     let scales = 2 * 4 * 4 * 36 * 4;
     let acts = 3 * WGMMQ_TILE_N * 4 * 4;
     let pairs = 4 * WGMMQ_TILE_N * 8;
-    let row = (4 * ty.type_size() as i64 + 8 + 15) / 16 * 16;
+    let row = if ty.block_size() == 32 {
+        (4 * ty.type_size() as i64 + 8 + 15) / 16 * 16
+    } else {
+        ty.type_size() as i64
+    };
     let raw = (WGMMQ_TILE_M * row + 1023) / 1024 * 1024;
     let fixed = (2 * (tile + scales + acts) + 1023) / 1024 * 1024;
     (fixed + WGMMQ_STAGES * (WGMMQ_TILE_N * 128 + pairs + raw) + 1024) as u32
