@@ -1881,8 +1881,10 @@ TANDEM_DEVICE void tandem_wgmma_quant_tile(const char* w, const u16* xh, char* d
 #define TANDEM_WGMMQ_MAGIC 0x4B400000
 
 // The superblock types on the same GEMM: a k step is half of a 256-value superblock (four of its
-// eight groups); each step copies its whole superblock (16-byte aligned) and reads groups 4 h ..
-// 4 h + 3 of it, h = the step's half (R: the reader of tandem_mmq_step, frag(r, g, c, ...)).
+// eight groups); each step stages its superblock (16-byte aligned) where it lies, but copies only
+// the bytes before the quants (d, dmin, scales; q5_K's high bits) and the half of the 128 quant
+// bytes with groups 4 h .. 4 h + 3, h = the step's half, and reads those groups (R: the reader of
+// tandem_mmq_step, frag(r, g, c, ...), whose quants are a superblock's last 128 bytes).
 template <typename R>
 struct tandem_wgmmq_super : R {
     static constexpr bool SB = true;
@@ -1907,7 +1909,11 @@ struct tandem_wgmmq_layout {
     // each of the four threads of a row (the last ones may have fewer or none).
     static constexpr int UNITS = SB ? RAW_ROW / 16 : (RAW_ROW + 8 + 15) / 16;
     static constexpr int WROW = UNITS * 16;
-    static constexpr int UQ = (UNITS + 3) / 4;
+    // Units a step copies (superblocks: HU before the quants, then four of quants), UQ by each of
+    // the four threads of a row.
+    static constexpr int HU = SB ? (RAW_ROW - 128) / 16 : 0;
+    static constexpr int CU = SB ? HU + 4 : UNITS;
+    static constexpr int UQ = (CU + 3) / 4;
     // Bytes of the last unit inside the step, less the lead: all the others are whole.
     static constexpr int TAIL = RAW_ROW - 16 * (UNITS - 1);
     // (d, s) f32 pairs of a step as copied, group-major: pair (g, c) at 8 (g * BN + c).
@@ -1924,7 +1930,7 @@ struct tandem_wgmmq_layout {
     static constexpr int ACT = TANDEM_WGMMQ_BN * TANDEM_WGMMQ_KG;
     static constexpr int ACTS = 3 * ACT * 4;
     static constexpr int STAGES_AT = (2 * TANDEM_WGMMQ_TILE + 2 * SCALES + 2 * ACTS + 1023) / 1024 * 1024;
-    static_assert(SB ? RAW_ROW % 16 == 0 : (RAW_ROW % 8 == 0 && TAIL >= 0 && TAIL + 8 <= 16),
+    static_assert(SB ? RAW_ROW % 16 == 0 && RAW_ROW >= 128 : (RAW_ROW % 8 == 0 && TAIL >= 0 && TAIL + 8 <= 16),
                   "raw steps are whole 8-byte units, superblocks whole 16-byte units");
     static_assert(STAGE % 1024 == 0 && TANDEM_WGMMQ_TILE % 1024 == 0, "swizzled tiles start 1024-byte aligned");
 };
@@ -2004,12 +2010,17 @@ struct tandem_wgmmq_copies {
         const u8* src = w + (wok ? offset(st) : 0);
         const int tail = wok ? ld + L::TAIL : 0;
         const u32 dst = tandem_smem_addr(raw) + (t / 4) * L::WROW + 16 * u0;
+        // Superblocks: the quant units of the step's half (64 bytes further on for the second)
+        // follow the HU units before the quants.
+        const int skip = 16 * group0(st);
 #pragma unroll
         for (int j = 0; j < L::UQ; ++j) {
             const int u = u0 + 4 * j;
-            const int n = u < L::UNITS - 1 ? (wok ? 16 : 0) : tail;
+            const int sk = L::SB && u >= L::HU ? skip : 0;
+            const int n = L::SB || u < L::UNITS - 1 ? (wok ? 16 : 0) : tail;
             // Copies of no bytes name the activation copy (valid, 16-byte aligned).
-            if (u < L::UNITS) tandem_cp16s(dst + 64 * j, n > 0 ? (const void*)(src + 16 * u) : (const void*)aq, n);
+            if (u < L::CU)
+                tandem_cp16s(dst + 64 * j + sk, n > 0 ? (const void*)(src + 16 * u + sk) : (const void*)aq, n);
         }
     }
 };
