@@ -1867,9 +1867,9 @@ TANDEM_DEVICE void tandem_wgmma_quant_tile(const char* w, const u16* xh, char* d
 // d and m, and turns one pair of step s + 1 into (d_a, n_a, s_a). Shared memory (dynamic,
 // `wgmmq_shared_bytes` in matmul_launch.rs): the two weight tiles, their scales, the two
 // converted pair sets, then the stages (activation rows, pairs, each weight row's raw step as
-// the 16-byte units around it, padded to 1024 bytes). Weight rows must be 8-byte aligned, the
-// weights' base 16-byte aligned and k a multiple of 128 (the host checks; the int8 tiles take
-// the rest).
+// the 16-byte units around it, padded to 1024 bytes). Weight rows must be 8-byte aligned (q4_K,
+// q5_K: 16), the weights' base 16-byte aligned and k a multiple of 128 (the host checks; the
+// int8 tiles take the rest).
 
 #define TANDEM_WGMMQ_THREADS 512
 #define TANDEM_WGMMQ_BM 128
@@ -1902,7 +1902,7 @@ struct tandem_wgmmq_is_super<T, decltype((void)T::SB)> {
 template <typename T>
 struct tandem_wgmmq_layout {
     static constexpr bool SB = tandem_wgmmq_is_super<T>::value;
-    // Raw bytes a row's step copies: four blocks, or the step's whole superblock.
+    // Raw bytes of a row's step: four blocks, or its superblock (of which it copies CU units).
     static constexpr int RAW_ROW = SB ? T::BYTES : TANDEM_WGMMQ_KG * T::BYTES;
     // A row's raw step is 8-byte aligned (a superblock 16-byte); it is copied as the UNITS 16-byte
     // units around it (the first may hold 8 bytes before the step) into WROW bytes, UQ units by
@@ -1942,8 +1942,9 @@ struct tandem_wgmmq_layout {
 // 0 or 8 bytes) to its end, bytes past the end zero. The four threads of a row take adjacent
 // units, so each copy instruction reads whole sectors. The weights' base must be 16-byte aligned
 // (the host checks), so the bytes before a step are the row's previous step or the previous
-// row's last. Offsets into the q8_1 copy are 32-bit (it is at most MAX_SCRATCH, 1 GiB); missing
-// columns and rows copy zeros.
+// row's last (superblock types: the CU units tandem_wgmmq_super names, staged where they lie in
+// the superblock). Offsets into the q8_1 copy are 32-bit (it is at most MAX_SCRATCH, 1 GiB);
+// missing columns and rows copy zeros.
 template <typename T>
 struct tandem_wgmmq_copies {
     using L = tandem_wgmmq_layout<T>;
@@ -2027,9 +2028,8 @@ struct tandem_wgmmq_copies {
 
 // Thread t: block t % 4 of row t / 4 of the raw step at `raw` (`lead` bytes into its staged row,
 // as tandem_wgmmq_copies::lead says; superblocks: group g0 + t % 4 of the staged superblock), as
-// int8 into the swizzled tile
-// (values 0-15 in piece 2 (t % 4), 16-31 in the next) and its d, m into `scales`; and pair t of
-// the copied step at `pairs` into `act`.
+// int8 into the swizzled tile (values 0-15 in piece 2 (t % 4), 16-31 in the next) and its d, m
+// into `scales`; and pair t of the copied step at `pairs` into `act`.
 template <typename T>
 TANDEM_DEVICE void tandem_wgmmq_prepare(u8* tile, float* scales, float* act, const u8* raw, const u8* pairs,
                                          int lead, int g0) {

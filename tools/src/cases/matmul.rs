@@ -107,6 +107,10 @@ pub fn cases(v: &mut Vec<Case>) {
         // tiles are each summed in four k ranges by four blocks (the cases above with fewer
         // tiles than SMs split every tile).
         v.push(mul_mat(ty, 33, 2048, 9, [8, 1], [1, 50]));
+        // One tile of 2304-long rows, split in four k ranges whose later ones start at odd steps
+        // (int8: 18 steps from 0, 4, 9, 13; f16: 36 from 0, 9, 18, 27), in the middle of a
+        // superblock for q4_K and q5_K.
+        v.push(mul_mat(ty, 33, 2304, 16, [1, 1], [1, 1]));
         // The int8 tiles copy each row's 84-, 110- or 210-byte superblock of q2_K, q3_K and q6_K
         // as the 16-byte units around it, where it starts at any even offset (rows of 256, 512,
         // 1024 and 1280 values above: rows 2-, 4-, 8-byte aligned); rows of 2048 values are
