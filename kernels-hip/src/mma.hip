@@ -1956,7 +1956,9 @@ struct tandem_wgmmq_copies {
     u32 q[2];
     u32 d;
     u32 in;
-    int lead0;  // superblocks: the half of step 0 (lead() is 0)
+    // Step 0's phase: where it starts in its staged row (0 or 8), or for superblocks which half
+    // of its superblock it is (0 or 1).
+    int phase0;
     // Step 0 of the copies is step st0 of k.
     template <typename C>
     __device__ tandem_wgmmq_copies(const char* aq_, const char* ads_, i64 k, i64 st0, const C& cols,
@@ -1976,7 +1978,7 @@ struct tandem_wgmmq_copies {
         const bool row_in = t / 4 < rows;
         w = row_in ? wrow0 + (t / 4) * nb01 + (L::SB ? st0 / 2 : st0) * L::RAW_ROW : wrow0;
         if (row_in) in |= 8u;
-        lead0 = L::SB ? (int)(st0 & 1) : (int)((u64)w & 15u);
+        phase0 = L::SB ? (int)(st0 & 1) : (int)((u64)w & 15u);
     }
     // The activation rows of step st into `act`.
     __device__ void acts(u8* act, i64 st) const {
@@ -1992,13 +1994,13 @@ struct tandem_wgmmq_copies {
     // superblocks 0).
     __device__ int lead(i64 st) const {
         if (L::SB) return 0;
-        return L::RAW_ROW % 16 ? lead0 ^ (((int)st & 1) << 3) : lead0;
+        return L::RAW_ROW % 16 ? phase0 ^ (((int)st & 1) << 3) : phase0;
     }
     // Superblocks: the first of step st's four groups in its superblock (0 or 4).
-    __device__ int group0(i64 st) const { return L::SB ? 4 * ((lead0 + (int)st) & 1) : 0; }
+    __device__ int group0(i64 st) const { return L::SB ? 4 * ((phase0 + (int)st) & 1) : 0; }
     // Bytes from w to the start of step st's staged units.
     __device__ i64 offset(i64 st) const {
-        return L::SB ? (i64)((lead0 + st) >> 1) * L::RAW_ROW : st * L::RAW_ROW - lead(st);
+        return L::SB ? (i64)((phase0 + st) >> 1) * L::RAW_ROW : st * L::RAW_ROW - lead(st);
     }
     // The pairs and raw weight blocks of step st into `pairs` and `raw`.
     __device__ void blocks(u8* pairs, u8* raw, i64 st) const {

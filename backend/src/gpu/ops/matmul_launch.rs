@@ -500,12 +500,24 @@ pub fn wgmmq_entry(ty: ElemType) -> Option<&'static str> {
 /// base 16-byte aligned (the bytes before any step then lie inside the weights); for q4_K and
 /// q5_K half a superblock, the whole superblock copied, so rows and batch bases 16-byte aligned.
 pub fn wgmmq_fits(ty: ElemType, base: DevicePtr, s: &MulMatShape) -> bool {
-    let rows = if ty.block_size() == 32 { 8 } else { 16 };
     wgmmq_entry(ty).is_some()
         && s.k > 0
         && s.k % 128 == 0
-        && (s.nb01 | s.nb02 | s.nb03) % rows == 0
+        && (s.nb01 | s.nb02 | s.nb03) % wgmmq_staging(ty).1 == 0
         && base.0.is_multiple_of(16)
+}
+
+/// How the Hopper int8 GEMM stages a weight row's k step (`tandem_wgmmq_layout` in mma.hip):
+/// the bytes of its staged row, and the alignment it needs of rows and batch bases. The 32-value
+/// block types' four blocks are copied as the 16-byte units around them (8-byte aligned, up to 8
+/// bytes before them); q4_K and q5_K stage the step's whole superblock (16-byte aligned).
+fn wgmmq_staging(ty: ElemType) -> (i64, i64) {
+    let bytes = ty.type_size() as i64;
+    if ty.block_size() == 32 {
+        ((4 * bytes + 8 + 15) / 16 * 16, 8)
+    } else {
+        (bytes, 16)
+    }
 }
 
 /// Dynamic shared memory of a Hopper int8 GEMM block for weights of `ty`: two int8 weight tiles,
@@ -520,12 +532,7 @@ pub fn wgmmq_shared_bytes(ty: ElemType) -> u32 {
     let scales = 2 * 4 * 4 * 36 * 4;
     let acts = 3 * WGMMQ_TILE_N * 4 * 4;
     let pairs = 4 * WGMMQ_TILE_N * 8;
-    let row = if ty.block_size() == 32 {
-        (4 * ty.type_size() as i64 + 8 + 15) / 16 * 16
-    } else {
-        ty.type_size() as i64
-    };
-    let raw = (WGMMQ_TILE_M * row + 1023) / 1024 * 1024;
+    let raw = (WGMMQ_TILE_M * wgmmq_staging(ty).0 + 1023) / 1024 * 1024;
     let fixed = (2 * (tile + scales + acts) + 1023) / 1024 * 1024;
     (fixed + WGMMQ_STAGES * (WGMMQ_TILE_N * 128 + pairs + raw) + 1024) as u32
 }
