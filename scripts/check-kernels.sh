@@ -3,7 +3,8 @@
 #   NVIDIA sm_90: NVRTC from the PyPI wheel `nvidia-cuda-nvrtc`, loaded through tandem's own
 #     runtime layer with the same header and options the JIT uses (the `catalog_compiles_with_nvrtc`
 #     test of tandem-backend).
-#   AMD gfx1100, gfx1151, gfx1201: Debian's clang-19 HIP support, one object per kernel and arch.
+#   AMD gfx1100, gfx1151, gfx1201: Debian's clang-19 HIP support, one object per kernel source
+#     (and per family built with options of its own) and arch.
 # Environment: CHECK_KERNELS_INSTALL=1 installs the Debian packages if missing (needs root);
 # CHECK_KERNELS_SKIP=nvidia|amd skips one half with a printed reason; AMD_ARCHS / NVIDIA_ARCH
 # override the targets; NVRTC_WHEEL pins the wheel (cached under target/kernel-check/).
@@ -90,12 +91,20 @@ check_amd() {
     local libs
     libs="$(device_lib_dir)"
     local bad=0
+    # Each source once, plus the families built from a source with options of their own
+    # (kernels-hip/src/fam: "wmma" is mma.hip with its WMMA entries).
+    local units=()
+    for k in "$src"/*.hip; do
+        units+=("$(basename "$k" .hip)|$k|")
+    done
+    units+=("mma-wmma|$src/mma.hip|-DTANDEM_WMMA_ENTRIES")
     for arch in $amd_archs; do
-        for k in "$src"/*.hip; do
-            local name
-            name="$(basename "$k" .hip)"
+        for unit in "${units[@]}"; do
+            local name k opts
+            IFS='|' read -r name k opts <<<"$unit"
+            # shellcheck disable=SC2086 # opts holds whole compiler options
             if clang++-19 -x hip -std=c++17 -O3 -Werror --offload-arch="$arch" --cuda-device-only \
-                --no-gpu-bundle-output --rocm-path=/usr --rocm-device-lib-path="$libs" -I "$src" \
+                --no-gpu-bundle-output --rocm-path=/usr --rocm-device-lib-path="$libs" -I "$src" $opts \
                 -c "$k" -o "$work/$name.$arch.o" 2>"$work/$name.$arch.log"; then
                 echo "check-kernels: ok   amd $arch $name"
             else

@@ -7,8 +7,9 @@
 // thread accumulates a 4 x 4 block of outputs in f32. Weights are read once per 64 columns.
 //
 // This is the portable path. On NVIDIA sm_80+ the launcher (backend/src/gpu/ops/matmul_launch.rs)
-// takes the tensor-core GEMM of mma.hip instead for f16 and the 32-value-group quantized types;
-// an AMD WMMA/MFMA path would sit beside it the same way. This kernel stays the fallback.
+// takes the tensor-core GEMM of mma.hip instead for f16 and every quantized type, on AMD gfx11 /
+// gfx12 the WMMA tiles of mma.hip (the "wmma" family) for the types with a scale per 32 values.
+// This kernel stays the fallback (AMD CDNA's MFMA has no path yet).
 #include "tandem_hip.h"
 #include "tandem_quant.h"
 

@@ -1,7 +1,8 @@
 // Prefill-shaped MUL_MAT (more than 8 columns) on NVIDIA tensor cores (sm_80 and newer):
 // int8 mma for the quantized weights (groups of 32 values with one scale, and an optional
-// offset, per group or per 16 values), f16 mma for f16 weights. The portable GEMM (gemm.hip)
-// stays the path everywhere else.
+// offset, per group or per 16 values), f16 mma for f16 weights; and, built as the "wmma" family
+// (TANDEM_WMMA_ENTRIES), the same int8 tiles on AMD RDNA3 / RDNA4 WMMA (see "integer path, AMD
+// WMMA"). The portable GEMM (gemm.hip) stays the path everywhere else.
 //
 // Integer path: activations are the q8_1 copy of tandem_quantize_q8_1 (int8 values, then one
 // (d, d * sum) pair per 32 values), rounded exactly as the CPU's q8_0 activation copy. Each
@@ -139,8 +140,8 @@ struct tandem_mmid_shape {
 // Sorts the slots (u, t) of ids by expert: counts[e] slots of expert e at lists[e * slots ..]
 // (slot = u + n_used * t, in no particular order). One block; experts <= 4096 (the launcher
 // checks). A slot whose id is no valid expert gets NaN in all its m outputs here.
-extern "C" __global__ void __launch_bounds__(1024)
-tandem_mmid_route(const char* ids, i32* counts, i32* lists, char* dst, tandem_mmid_shape s) {
+TANDEM_DEVICE void tandem_mmid_route_block(const char* ids, i32* counts, i32* lists, char* dst,
+                                           const tandem_mmid_shape& s) {
     __shared__ i32 cnt[4096];
     const i64 slots = s.n_used * s.n_tokens;
     for (i64 e = threadIdx.x; e < s.n_expert; e += blockDim.x) cnt[e] = 0;
@@ -159,6 +160,17 @@ tandem_mmid_route(const char* ids, i32* counts, i32* lists, char* dst, tandem_mm
     __syncthreads();
     for (i64 e = threadIdx.x; e < s.n_expert; e += blockDim.x) counts[e] = cnt[e];
 }
+extern "C" __global__ void __launch_bounds__(1024)
+tandem_mmid_route(const char* ids, i32* counts, i32* lists, char* dst, tandem_mmid_shape s) {
+    tandem_mmid_route_block(ids, counts, lists, dst, s);
+}
+#if defined(TANDEM_WMMA_ENTRIES)
+// The same for the "wmma" family (entry names are unique across families).
+extern "C" __global__ void __launch_bounds__(1024)
+tandem_wmma_route(const char* ids, i32* counts, i32* lists, char* dst, tandem_mmid_shape s) {
+    tandem_mmid_route_block(ids, counts, lists, dst, s);
+}
+#endif
 
 // Columns of one expert: its slots lists[j0 .. j0 + 64) (of count), slot (u, t) reading q8_1
 // column (u % n_b) + n_b * t and writing dst[., u, t].
@@ -194,12 +206,26 @@ TANDEM_DEVICE u32 tandem_smem_addr(const void* p) {
     return (u32)(u64)p;
 #endif
 }
+// The plain copy of SIZE bytes (8 or 16): one vector load and store when all are copied, else
+// byte by byte with the rest zero.
+template <int SIZE>
+TANDEM_DEVICE void tandem_copy_plain(u8* dst, const void* src, int bytes) {
+    if (bytes == SIZE) {
+        if constexpr (SIZE == 16) {
+            *(uint4*)dst = *(const uint4*)src;
+        } else {
+            *(uint2*)dst = *(const uint2*)src;
+        }
+        return;
+    }
+    for (int i = 0; i < SIZE; ++i) dst[i] = i < bytes ? ((const u8*)src)[i] : 0;
+}
 // The same with the shared-memory destination given as a shared address.
 TANDEM_DEVICE void tandem_cp16s(u32 dst, const void* src, int bytes) {
 #if defined(TANDEM_MMA_ENABLED)
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes));
 #else
-    for (int i = 0; i < 16; ++i) ((u8*)(u64)dst)[i] = i < bytes ? ((const u8*)src)[i] : 0;
+    tandem_copy_plain<16>((u8*)(u64)dst, src, bytes);
 #endif
 }
 TANDEM_DEVICE void tandem_cp4s(u32 dst, const void* src, int bytes) {
@@ -213,14 +239,14 @@ TANDEM_DEVICE void tandem_cp8(void* dst, const void* src, int bytes) {
 #if defined(TANDEM_MMA_ENABLED)
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(tandem_smem_addr(dst)), "l"(src), "r"(bytes));
 #else
-    for (int i = 0; i < 8; ++i) ((u8*)dst)[i] = i < bytes ? ((const u8*)src)[i] : 0;
+    tandem_copy_plain<8>((u8*)dst, src, bytes);
 #endif
 }
 TANDEM_DEVICE void tandem_cp16(void* dst, const void* src, int bytes) {
 #if defined(TANDEM_MMA_ENABLED)
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(tandem_smem_addr(dst)), "l"(src), "r"(bytes));
 #else
-    for (int i = 0; i < 16; ++i) ((u8*)dst)[i] = i < bytes ? ((const u8*)src)[i] : 0;
+    tandem_copy_plain<16>((u8*)dst, src, bytes);
 #endif
 }
 TANDEM_DEVICE void tandem_cp_commit() {
@@ -568,11 +594,145 @@ TANDEM_DEVICE void tandem_mmq_halves(float (&acc)[8][4], const u8* w0, const u8*
 }
 #endif
 
+// ---------------------------------------------------------------- integer path, AMD WMMA
+// The same tiles on AMD RDNA3 (gfx11) and RDNA4 (gfx12) wave32 matrix instructions: per 32-value
+// group two int8 16x16x16 WMMA per 16-column tile (one per 16 values), the group's int32 sums
+// scaled as the mma path scales them. A wave takes the tile's 16 rows 16 w .. (w: its wave) as
+// A (16 rows x 16 k) and the 64 columns as four B tiles (16 k x 16 columns). Register layouts,
+// lane l, l16 = l % 16, h = l / 16 (from AMD's RDNA3 and RDNA4 ISA guides):
+//   gfx11 (layout 11): A: row l16, k 0..15 (lanes 16-31 hold the same as 0-15); B: column l16,
+//         k 0..15 (likewise); C/D: column l16, rows 2 i + h for element i = 0..7.
+//   gfx12 (layout 12): A: row l16, k 8 h .. 8 h + 7; B: column l16, k 8 h ..; C/D: column l16,
+//         rows 8 h + i.
+// Built for gfx11 / gfx12 the builtins run; built for NVIDIA the same kernels (the "wmma" family,
+// TANDEM_WMMA_ENTRIES) emulate the instruction with lane shuffles in the layout the launcher
+// passes, which tests everything around it on a device tandem can reach; elsewhere they write
+// NaN (the launcher never picks them there).
+#if defined(__gfx1100__) || defined(__gfx1101__) || defined(__gfx1102__) || defined(__gfx1103__) || \
+    defined(__gfx1150__) || defined(__gfx1151__) || defined(__gfx1152__) || defined(__gfx1153__)
+#define TANDEM_WMMA_NATIVE 11
+#elif defined(__gfx1200__) || defined(__gfx1201__)
+#define TANDEM_WMMA_NATIVE 12
+#endif
+#if defined(TANDEM_WMMA_NATIVE) || defined(TANDEM_NVIDIA)
+#define TANDEM_WMMA_RUNS 1
+#endif
+
+// Row of the tile's 16 that element i of a lane's C holds in layout `lay` (built for gfx11 or
+// gfx12: that chip's layout, whatever `lay` says). (Templates, like the helpers below: only the
+// "wmma" family's build references them.)
+template <typename L = int>
+TANDEM_DEVICE int tandem_wmma_row(L lay, int i) {
+    const int h = (threadIdx.x % 32) / 16;
+#if defined(TANDEM_WMMA_NATIVE)
+    (void)lay;
+    return TANDEM_WMMA_NATIVE == 12 ? 8 * h + i : 2 * i + h;
+#else
+    return lay == 12 ? 8 * h + i : 2 * i + h;
+#endif
+}
+
+// c += A x B over one 16x16x16 int8 tile (signed bytes). a, b: this lane's A row and B column
+// (l16) as four words of k 0..15; in layout 12 the instruction takes words 2 h, 2 h + 1.
+template <typename L = int>
+TANDEM_DEVICE void tandem_wmma_i8(int (&c)[8], const u32 (&a)[4], const u32 (&b)[4], L lay) {
+#if TANDEM_WMMA_NATIVE == 11
+    typedef int v4i __attribute__((ext_vector_type(4)));
+    typedef int v8i __attribute__((ext_vector_type(8)));
+    const v4i va = {(int)a[0], (int)a[1], (int)a[2], (int)a[3]};
+    const v4i vb = {(int)b[0], (int)b[1], (int)b[2], (int)b[3]};
+    v8i vc = {c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]};
+    vc = __builtin_amdgcn_wmma_i32_16x16x16_iu8_w32(true, va, true, vb, vc, false);
+    for (int i = 0; i < 8; ++i) c[i] = vc[i];
+    (void)lay;
+#elif TANDEM_WMMA_NATIVE == 12
+    typedef int v2i __attribute__((ext_vector_type(2)));
+    typedef int v8i __attribute__((ext_vector_type(8)));
+    const bool h = (threadIdx.x % 32) >= 16;
+    const v2i va = {(int)(h ? a[2] : a[0]), (int)(h ? a[3] : a[1])};
+    const v2i vb = {(int)(h ? b[2] : b[0]), (int)(h ? b[3] : b[1])};
+    v8i vc = {c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]};
+    vc = __builtin_amdgcn_wmma_i32_16x16x16_iu8_w32_gfx12(true, va, true, vb, vc, false);
+    for (int i = 0; i < 8; ++i) c[i] = vc[i];
+    (void)lay;
+#elif defined(TANDEM_NVIDIA)
+    // The instruction's arithmetic from the registers it reads in layout `lay`: element i is
+    // row r = tandem_wmma_row(lay, i), column l16; layout 11 reads A and B from lanes 0-15,
+    // layout 12 each 8-value half from the lanes that hold it (h = 0: lanes 0-15, 1: 16-31).
+    const int l16 = threadIdx.x % 32 % 16;
+    for (int i = 0; i < 8; ++i) {
+        const int r = tandem_wmma_row(lay, i);
+        int s = 0;
+        for (int w = 0; w < 4; ++w) {
+            const int src = lay == 12 ? w / 2 * 16 : 0;  // lanes of the half that holds word w
+            const int aw = __shfl((int)a[w], r + src);
+            const int bw = __shfl((int)b[w], l16 + src);
+            asm("dp4a.s32.s32 %0, %1, %2, %0;" : "+r"(s) : "r"(aw), "r"(bw));
+        }
+        c[i] += s;
+    }
+#else
+    for (int i = 0; i < 8; ++i) c[i] = 0;
+    (void)a, (void)b, (void)lay;
+#endif
+}
+
+// One k step of the WMMA tiles (T: not HALVES) for this wave's 16 rows (row l16 staged at
+// wrow + l16 * RP) against the 64 columns (column c's values at a + c * ROW, pairs ds[g][c]):
+// acc[2 j + i / 4][i % 4] is row tandem_wmma_row(lay, i) of the wave's 16, column 16 j + l16.
+// Per group: acc += d * (d_a * sum) [+ m * (d_a * sum(a))], as the mma path computes it.
+template <typename T>
+TANDEM_DEVICE void tandem_wmma_step(float (&acc)[8][4], const u8* wrow, const u8* a,
+                                    const float2 (*ds)[TANDEM_MMQ_BN], int lay) {
+    static_assert(!T::HALVES, "a scale per 32 values");
+#if defined(TANDEM_WMMA_RUNS)
+    constexpr int AR = tandem_mmq_raw<T>::ROW;
+    const int l16 = threadIdx.x % 32 % 16;
+#pragma unroll
+    for (int gi = 0; gi < T::KG; ++gi) {
+        u32 lo[4], hi[4];
+        float d, m;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) T::frag(wrow, gi, c, lo[c], hi[c], d, m);
+        // The d and m of the rows this lane's accumulators hold, from the lanes that unpacked them.
+        float dr[8], mr[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            dr[i] = __shfl(d, tandem_wmma_row(lay, i));
+            mr[i] = T::MIN ? __shfl(m, tandem_wmma_row(lay, i)) : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const u8* col = a + (16 * j + l16) * AR + 32 * gi;
+            const uint4 v0 = *(const uint4*)col, v1 = *(const uint4*)(col + 16);
+            const u32 b0[4] = {v0.x, v0.y, v0.z, v0.w}, b1[4] = {v1.x, v1.y, v1.z, v1.w};
+            int c[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            tandem_wmma_i8(c, lo, b0, lay);
+            tandem_wmma_i8(c, hi, b1, lay);
+            const float2 sc = ds[gi][16 * j + l16];
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                float& o = acc[2 * j + i / 4][i % 4];
+                o = fmaf(dr[i], sc.x * (float)c[i], o);
+                if (T::MIN) o = fmaf(mr[i], sc.y, o);
+            }
+        }
+    }
+#else
+    // Built for a device without these instructions: never picked there; NaN if it were.
+    (void)wrow, (void)a, (void)ds, (void)lay;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[nt][e] = __int_as_float(0x7fc00000);
+#endif
+}
+
 // One 64 x 64 output tile: weight rows row0 .. row0 + 64 (row r at wb + r * nb01, m rows, k
-// values) against the 64 q8_1 columns the map gives.
-template <typename T, typename C>
+// values) against the 64 q8_1 columns the map gives; with WM on the WMMA tiles in layout `lay`.
+template <typename T, typename C, bool WM = false>
 TANDEM_DEVICE void tandem_mmq_tile(tandem_mmq_smem<T>& sm, const u8* wb, i64 nb01, i64 m, i64 k, i64 row0,
-                                   const char* aq, const char* ads, const C& cols) {
+                                   const char* aq, const char* ads, const C& cols, int lay = 0) {
     constexpr int RP = tandem_mmq_raw<T>::PAD;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int qr = lane / 4, qc = lane % 4;
@@ -600,6 +760,9 @@ TANDEM_DEVICE void tandem_mmq_tile(tandem_mmq_smem<T>& sm, const u8* wb, i64 nb0
         tandem_cp_commit();
         tandem_cp_wait<1>();
         __syncthreads();
+        if constexpr (WM) {
+            tandem_wmma_step<T>(acc, sm.w[buf] + (16 * warp + lane % 16) * RP, sm.a[buf], sm.ds[buf], lay);
+        } else {
 #if defined(TANDEM_MMA_ENABLED)
         const u8* wrow = sm.w[buf] + (16 * warp + qr) * RP;
         // ldmatrix rows of this lane: column 16 np + (lane % 8) + 8 (lane / 16), byte 16 (lane / 8 % 2).
@@ -654,7 +817,20 @@ TANDEM_DEVICE void tandem_mmq_tile(tandem_mmq_smem<T>& sm, const u8* wb, i64 nb0
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[nt][e] = __int_as_float(0x7fc00000);
 #endif
+        }
         __syncthreads();  // buffer `buf` is refilled by the next step's copies
+    }
+    if constexpr (WM) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            char* o = cols.out(16 * j + lane % 16);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                const i64 row = row0 + 16 * warp + tandem_wmma_row(lay, i);
+                if (row < m && o != nullptr) *(float*)(o + row * 4) = acc[2 * j + i / 4][i % 4];
+            }
+        }
+        return;
     }
     const i64 r = row0 + 16 * warp + qr;
 #pragma unroll
@@ -677,22 +853,23 @@ TANDEM_DEVICE tandem_mmq_smem<T>& tandem_mmq_shared() {
 }
 
 // MUL_MAT: block (column tile, row tile, batch).
-template <typename T>
+template <typename T, bool WM = false>
 TANDEM_DEVICE void tandem_mmq_quant(const char* w, const char* aq, const char* ads, char* dst,
-                                    const tandem_mm_shape& s) {
+                                    const tandem_mm_shape& s, int lay = 0) {
     tandem_mmq_smem<T>& sm = tandem_mmq_shared<T>();
     const i64 b = blockIdx.z;
     if (b >= s.ne12 * s.ne13) return;
     const i64 i12 = b % s.ne12, i13 = b / s.ne12;
     const u8* wb = (const u8*)w + (i12 / s.r2) * s.nb02 + (i13 / s.r3) * s.nb03;
     const tandem_mma_dense_cols cols = tandem_mma_dense(dst, b, s, (i64)blockIdx.x * TANDEM_MMQ_BN);
-    tandem_mmq_tile<T>(sm, wb, s.nb01, s.m, s.k, (i64)blockIdx.y * TANDEM_MMQ_BM, aq, ads, cols);
+    tandem_mmq_tile<T, tandem_mma_dense_cols, WM>(sm, wb, s.nb01, s.m, s.k, (i64)blockIdx.y * TANDEM_MMQ_BM, aq, ads,
+                                                  cols, lay);
 }
 
 // MUL_MAT_ID grouped by expert: block (column tile, row tile, expert).
-template <typename T>
+template <typename T, bool WM = false>
 TANDEM_DEVICE void tandem_mmid_mmq(const char* w, const char* aq, const char* ads, const i32* counts,
-                                   const i32* lists, char* dst, const tandem_mmid_shape& s) {
+                                   const i32* lists, char* dst, const tandem_mmid_shape& s, int lay = 0) {
     tandem_mmq_smem<T>& sm = tandem_mmq_shared<T>();
     const i64 e = blockIdx.z;
     if (e >= s.n_expert) return;
@@ -707,7 +884,8 @@ TANDEM_DEVICE void tandem_mmid_mmq(const char* w, const char* aq, const char* ad
         cols.nb1 = s.nb1;
         cols.nb2 = s.nb2;
         cols.dst = dst;
-        tandem_mmq_tile<T>(sm, wb, s.nb01, s.m, s.k, (i64)blockIdx.y * TANDEM_MMQ_BM, aq, ads, cols);
+        tandem_mmq_tile<T, tandem_mma_routed_cols, WM>(sm, wb, s.nb01, s.m, s.k, (i64)blockIdx.y * TANDEM_MMQ_BM, aq,
+                                                       ads, cols, lay);
     }
 }
 
@@ -2378,6 +2556,59 @@ TANDEM_MMQ_SB_KERNEL tandem_mmid_mma_q3_K(TANDEM_MMID_ARGS) {
 TANDEM_MMQ_SB_KERNEL tandem_mmid_mma_q6_K(TANDEM_MMID_ARGS) {
     tandem_mmid_mmq<tandem_mmq_step<tandem_mmvw_q6_K, 8>>(w, aq, ads, counts, lists, dst, s);
 }
+// The WMMA tiles (AMD gfx11 / gfx12; emulated on NVIDIA): only in the "wmma" family's build.
+#if defined(TANDEM_WMMA_ENTRIES)
+#define TANDEM_WMMA_ARGS TANDEM_MMA_ARGS_Q, int lay
+#define TANDEM_MMID_WMMA_ARGS TANDEM_MMID_ARGS, int lay
+TANDEM_MMQ_KERNEL tandem_wmma_q4_0(TANDEM_WMMA_ARGS) {
+    tandem_mmq_quant<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q4_0>, 4>, true>(w, aq, ads, dst, s, lay);
+}
+TANDEM_MMQ_KERNEL tandem_wmma_q4_1(TANDEM_WMMA_ARGS) {
+    tandem_mmq_quant<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q4_1>, 4>, true>(w, aq, ads, dst, s, lay);
+}
+TANDEM_MMQ_KERNEL tandem_wmma_q5_0(TANDEM_WMMA_ARGS) {
+    tandem_mmq_quant<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q5_0>, 4>, true>(w, aq, ads, dst, s, lay);
+}
+TANDEM_MMQ_KERNEL tandem_wmma_q5_1(TANDEM_WMMA_ARGS) {
+    tandem_mmq_quant<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q5_1>, 4>, true>(w, aq, ads, dst, s, lay);
+}
+TANDEM_MMQ_KERNEL tandem_wmma_q8_0(TANDEM_WMMA_ARGS) {
+    tandem_mmq_quant<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q8_0>, 4>, true>(w, aq, ads, dst, s, lay);
+}
+TANDEM_MMQ_KERNEL tandem_wmma_iq4_nl(TANDEM_WMMA_ARGS) {
+    tandem_mmq_quant<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_iq4_nl>, 4>, true>(w, aq, ads, dst, s, lay);
+}
+TANDEM_MMQ_SB_KERNEL tandem_wmma_q4_K(TANDEM_WMMA_ARGS) {
+    tandem_mmq_quant<tandem_mmq_step<tandem_mmvw_q4_K, 8>, true>(w, aq, ads, dst, s, lay);
+}
+TANDEM_MMQ_SB_KERNEL tandem_wmma_q5_K(TANDEM_WMMA_ARGS) {
+    tandem_mmq_quant<tandem_mmq_step<tandem_mmvw_q5_K, 8>, true>(w, aq, ads, dst, s, lay);
+}
+TANDEM_MMQ_KERNEL tandem_mmid_wmma_q4_0(TANDEM_MMID_WMMA_ARGS) {
+    tandem_mmid_mmq<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q4_0>, 4>, true>(w, aq, ads, counts, lists, dst, s, lay);
+}
+TANDEM_MMQ_KERNEL tandem_mmid_wmma_q4_1(TANDEM_MMID_WMMA_ARGS) {
+    tandem_mmid_mmq<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q4_1>, 4>, true>(w, aq, ads, counts, lists, dst, s, lay);
+}
+TANDEM_MMQ_KERNEL tandem_mmid_wmma_q5_0(TANDEM_MMID_WMMA_ARGS) {
+    tandem_mmid_mmq<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q5_0>, 4>, true>(w, aq, ads, counts, lists, dst, s, lay);
+}
+TANDEM_MMQ_KERNEL tandem_mmid_wmma_q5_1(TANDEM_MMID_WMMA_ARGS) {
+    tandem_mmid_mmq<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q5_1>, 4>, true>(w, aq, ads, counts, lists, dst, s, lay);
+}
+TANDEM_MMQ_KERNEL tandem_mmid_wmma_q8_0(TANDEM_MMID_WMMA_ARGS) {
+    tandem_mmid_mmq<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q8_0>, 4>, true>(w, aq, ads, counts, lists, dst, s, lay);
+}
+TANDEM_MMQ_KERNEL tandem_mmid_wmma_iq4_nl(TANDEM_MMID_WMMA_ARGS) {
+    tandem_mmid_mmq<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_iq4_nl>, 4>, true>(w, aq, ads, counts, lists, dst, s, lay);
+}
+TANDEM_MMQ_SB_KERNEL tandem_mmid_wmma_q4_K(TANDEM_MMID_WMMA_ARGS) {
+    tandem_mmid_mmq<tandem_mmq_step<tandem_mmvw_q4_K, 8>, true>(w, aq, ads, counts, lists, dst, s, lay);
+}
+TANDEM_MMQ_SB_KERNEL tandem_mmid_wmma_q5_K(TANDEM_MMID_WMMA_ARGS) {
+    tandem_mmid_mmq<tandem_mmq_step<tandem_mmvw_q5_K, 8>, true>(w, aq, ads, counts, lists, dst, s, lay);
+}
+#endif
 #define TANDEM_MMV_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_MMV_THREADS)
 TANDEM_MMV_KERNEL tandem_mmv_q4_0(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmvw_q4_0>(w, aq, ads, dst, s); }
 TANDEM_MMV_KERNEL tandem_mmv_q4_1(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmv_blocks<tandem_mmf_q4_1>>(w, aq, ads, dst, s); }

@@ -71,6 +71,11 @@ pub fn info() {
     println!("  TANDEM_LOG_DISPATCH     {}", on_off(cfg.log_dispatch));
     println!("  TANDEM_STATS            {}", on_off(cfg.stats));
     println!("  TANDEM_F16_PREFILL      {}", on_off(cfg.f16_prefill));
+    println!(
+        "  TANDEM_WMMA_EMULATE     {}",
+        cfg.wmma_emulate
+            .map_or("unset".to_string(), |l| format!("gfx{l} layout"))
+    );
     let scalar = std::env::var("TANDEM_CPU_SCALAR").is_ok_and(|v| v == "1");
     println!("  TANDEM_CPU_SCALAR       {}", on_off(scalar));
 }

@@ -138,4 +138,31 @@ pub(crate) const FAMILIES: &[KernelSource] = &[
         ],
         options: &[],
     },
+    // The same source built with the WMMA tiles' entries: native on AMD gfx11 / gfx12, emulated
+    // on NVIDIA (a test of everything around the instruction).
+    KernelSource {
+        family: "wmma",
+        file: "mma.hip",
+        source: include_str!("../mma.hip"),
+        entries: &[
+            "tandem_wmma_route",
+            "tandem_wmma_q4_0",
+            "tandem_wmma_q4_1",
+            "tandem_wmma_q5_0",
+            "tandem_wmma_q5_1",
+            "tandem_wmma_q8_0",
+            "tandem_wmma_iq4_nl",
+            "tandem_wmma_q4_K",
+            "tandem_wmma_q5_K",
+            "tandem_mmid_wmma_q4_0",
+            "tandem_mmid_wmma_q4_1",
+            "tandem_mmid_wmma_q5_0",
+            "tandem_mmid_wmma_q5_1",
+            "tandem_mmid_wmma_q8_0",
+            "tandem_mmid_wmma_iq4_nl",
+            "tandem_mmid_wmma_q4_K",
+            "tandem_mmid_wmma_q5_K",
+        ],
+        options: &["-DTANDEM_WMMA_ENTRIES"],
+    },
 ];

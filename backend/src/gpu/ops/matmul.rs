@@ -212,8 +212,9 @@ mod tests {
         gemv_stages, gemv_waves, has_mma, has_wgmma, mma_config, mma_entry, mma_tile, mmid_grouped_bytes,
         mmid_mma_config, mmid_mma_entry, mmq_shared_bytes, mmv_config, mmv_entry, mmv_fits, mmv_shared_bytes,
         quantize_config, rows_per_wave, split_sum_config, wgmma_config, wgmma_entry, wgmma_f16_config, wgmma_fits,
-        wgmma_shared_bytes, wgmma_takes, wgmmq_config, wgmmq_entry, wgmmq_fits, wgmmq_shared_bytes, MmSplit,
-        GEMM_FAMILY, GEMV_FAMILY, GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES, MMA_COPY_VALUES, QUANTIZE_VALUES,
+        wgmma_shared_bytes, wgmma_takes, wgmmq_config, wgmmq_entry, wgmmq_fits, wgmmq_shared_bytes, wmma_entry,
+        wmma_native_layout, MmSplit, GEMM_FAMILY, GEMV_FAMILY, GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES, MMA_COPY_VALUES,
+        QUANTIZE_VALUES, WMMA_FAMILY,
     };
     use super::*;
     use crate::gpu::api::DevicePtr;
@@ -416,6 +417,35 @@ mod tests {
             for e in [mma_entry(ty), mmid_mma_entry(ty)].into_iter().flatten() {
                 assert!(mma_src.entries.contains(&e), "{e}");
             }
+        }
+        // AMD WMMA tiles: the types with a scale per 32 values, in the "wmma" build of mma.hip.
+        let wmma_src = tandem_kernels_hip::find(WMMA_FAMILY).unwrap();
+        assert_eq!(
+            (wmma_src.file, wmma_src.options),
+            ("mma.hip", &["-DTANDEM_WMMA_ENTRIES"][..])
+        );
+        assert!(wmma_src.entries.contains(&"tandem_wmma_route"));
+        for ty in TYPES {
+            let want = ty.is_quantized() && !matches!(ty, ElemType::Q2K | ElemType::Q3K | ElemType::Q6K);
+            assert_eq!(wmma_entry(ty).is_some(), want, "{ty}");
+            if let Some((a, b)) = wmma_entry(ty) {
+                assert!(wmma_src.entries.contains(&a) && wmma_src.entries.contains(&b), "{ty}");
+                assert!(a.ends_with(ty.name()) && b.ends_with(ty.name()), "{ty}");
+            }
+        }
+        for (arch, layout) in [
+            ("gfx1100", Some(11)),
+            ("gfx1103", Some(11)),
+            ("gfx1151", Some(11)),
+            ("gfx1100:xnack-", Some(11)),
+            ("gfx1201", Some(12)),
+            ("gfx1030", None),
+            ("gfx90a", None),
+            ("gfx942", None),
+            ("sm_90a", None),
+            ("gfx", None),
+        ] {
+            assert_eq!(wmma_native_layout(arch), layout, "{arch}");
         }
     }
 

@@ -396,6 +396,51 @@ pub fn has_mma(arch: &str) -> bool {
         .is_some_and(|v| v >= 80)
 }
 
+/// Family of the WMMA tiles (`mma.hip` built with their entries).
+pub const WMMA_FAMILY: &str = "wmma";
+
+/// The name `TANDEM_DISABLE_DISPATCH` takes to keep prefill off the WMMA tiles (the portable GEMM
+/// and the GEMV-form MUL_MAT_ID run instead).
+pub const WMMA_SWITCH: &str = "hip.wmma";
+
+/// The WMMA tiles for weights of `ty` (MUL_MAT, grouped MUL_MAT_ID), if any: the 32-value block
+/// types, q4_K and q5_K (a scale per 32 values).
+pub fn wmma_entry(ty: ElemType) -> Option<(&'static str, &'static str)> {
+    Some(match ty {
+        ElemType::Q4_0 => ("tandem_wmma_q4_0", "tandem_mmid_wmma_q4_0"),
+        ElemType::Q4_1 => ("tandem_wmma_q4_1", "tandem_mmid_wmma_q4_1"),
+        ElemType::Q5_0 => ("tandem_wmma_q5_0", "tandem_mmid_wmma_q5_0"),
+        ElemType::Q5_1 => ("tandem_wmma_q5_1", "tandem_mmid_wmma_q5_1"),
+        ElemType::Q8_0 => ("tandem_wmma_q8_0", "tandem_mmid_wmma_q8_0"),
+        ElemType::IQ4NL => ("tandem_wmma_iq4_nl", "tandem_mmid_wmma_iq4_nl"),
+        ElemType::Q4K => ("tandem_wmma_q4_K", "tandem_mmid_wmma_q4_K"),
+        ElemType::Q5K => ("tandem_wmma_q5_K", "tandem_mmid_wmma_q5_K"),
+        _ => return None,
+    })
+}
+
+/// The WMMA register layout of AMD compile target `arch` (`gfx1100:xnack-` and the like): 11 for
+/// RDNA3 (gfx110x, gfx115x), 12 for RDNA4 (gfx120x); none elsewhere.
+pub fn wmma_native_layout(arch: &str) -> Option<i32> {
+    let digits = arch.strip_prefix("gfx")?.get(..3)?;
+    match digits {
+        "110" | "115" => Some(11),
+        "120" => Some(12),
+        _ => None,
+    }
+}
+
+/// The layout the launchers run the WMMA tiles in on a device of compile target `arch`: the
+/// native one on AMD gfx11 / gfx12, on NVIDIA the emulated one `TANDEM_WMMA_EMULATE` names; none
+/// with `TANDEM_DISABLE_DISPATCH=hip.wmma`.
+fn wmma_layout(arch: &str) -> Option<i32> {
+    let cfg = crate::config::Config::get();
+    if cfg.is_disabled(WMMA_SWITCH) {
+        return None;
+    }
+    wmma_native_layout(arch).or_else(|| cfg.wmma_emulate.filter(|_| arch.starts_with("sm_")))
+}
+
 /// The name `TANDEM_DISABLE_DISPATCH` takes to keep prefill off the Hopper warpgroup-mma GEMMs
 /// (the sm_80 mma tiles run instead); `hip.mma` covers it too.
 pub const WGMMA_SWITCH: &str = "hip.mma.wgmma";
@@ -1098,6 +1143,27 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
         _ => return Err(launch_error("gemm", "MUL_MAT without two sources")),
     };
     check_alignment("gemm", w, src1, node.dst)?;
+    if let (Some((entry, _)), Some(layout)) = (wmma_entry(w.ty), wmma_layout(&ctx.info.arch)) {
+        let s = MulMatShape::new(node.dst, w, src1).ok_or_else(|| launch_error("gemm", "empty batch"))?;
+        if q8_1_layout(Q8Shape::of(src1).columns(), s.k).is_some()
+            && (s.m + MMQ_TILE_M - 1) / MMQ_TILE_M <= MAX_GRID_YZ
+            && s.batches() <= MAX_GRID_YZ
+        {
+            let f = ctx.kernels.function(WMMA_FAMILY, entry)?;
+            // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
+            let (qs, ds) = unsafe { quantize_src1(ctx, src1) }?;
+            let mut args = KernelArgs::new();
+            args.push(dptr(w))
+                .push(qs)
+                .push(ds)
+                .push(dptr(node.dst))
+                .push(s)
+                .push(layout);
+            // SAFETY: (w, aq, ads, dst, tandem_mm_shape, int layout); tiles past m, n or k are
+            // masked in the kernel; the q8_1 copy holds every column of every batch.
+            return unsafe { ctx.stream.launch(&f, mma_config(w.ty, &s), &mut args) }.map_err(KernelError::Gpu);
+        }
+    }
     if let Some(entry) = mma_entry(w.ty).filter(|_| mma_allowed(&ctx.info.arch)) {
         let s = MulMatShape::new(node.dst, w, src1).ok_or_else(|| launch_error("gemm", "empty batch"))?;
         let columns = Q8Shape::of(src1).columns();
@@ -1226,11 +1292,15 @@ pub unsafe fn launch_mul_mat_id(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<
         return Err(launch_error("mul_mat_id", "ids data is not 4-byte aligned"));
     }
     let s = MulMatIdShape::new(node.dst, w, src1, ids);
-    if let Some(entry) = mmid_mma_entry(w.ty).filter(|_| mma_allowed(&ctx.info.arch)) {
-        if let Some(lists_bytes) = mmid_grouped_bytes(&s) {
-            // SAFETY: forwarded.
-            return unsafe { launch_mul_mat_id_grouped(ctx, node, w, src1, ids, &s, entry, lists_bytes) };
-        }
+    let grouped = match (wmma_entry(w.ty), wmma_layout(&ctx.info.arch)) {
+        (Some((_, entry)), Some(layout)) => Some((WMMA_FAMILY, entry, Some(layout))),
+        _ => mmid_mma_entry(w.ty)
+            .filter(|_| mma_allowed(&ctx.info.arch))
+            .map(|e| (MMA_FAMILY, e, None)),
+    };
+    if let (Some(tiles), Some(lists_bytes)) = (grouped, mmid_grouped_bytes(&s)) {
+        // SAFETY: forwarded.
+        return unsafe { launch_mul_mat_id_grouped(ctx, node, w, src1, ids, &s, tiles, lists_bytes) };
     }
     let names = entries(w.ty).ok_or_else(|| launch_error("mul_mat_id", "no kernel for this weight type"))?;
     let f = ctx.kernels.function(GEMV_FAMILY, names[2])?;
@@ -1327,13 +1397,18 @@ unsafe fn launch_mul_mat_id_grouped(
     src1: &Tensor,
     ids: &Tensor,
     s: &MulMatIdShape,
-    entry: &'static str,
+    (family, entry, layout): (&'static str, &'static str, Option<i32>),
     lists_bytes: usize,
 ) -> Result<(), KernelError> {
     // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
     let (qs, ds, counts) = unsafe { quantize_src1_with(ctx, src1, lists_bytes) }?;
     let lists = counts.offset(s.n_expert as usize * 4);
-    let route = ctx.kernels.function(MMA_FAMILY, "tandem_mmid_route")?;
+    let route_entry = if family == WMMA_FAMILY {
+        "tandem_wmma_route"
+    } else {
+        "tandem_mmid_route"
+    };
+    let route = ctx.kernels.function(family, route_entry)?;
     let mut args = KernelArgs::new();
     args.push(dptr(ids))
         .push(counts)
@@ -1349,7 +1424,7 @@ unsafe fn launch_mul_mat_id_grouped(
     // scratch tail holds n_expert counts and n_expert * slots list entries; n_expert is at most
     // MMID_MAX_EXPERTS (mmid_grouped_bytes).
     unsafe { ctx.stream.launch(&route, one, &mut args) }.map_err(KernelError::Gpu)?;
-    let f = ctx.kernels.function(MMA_FAMILY, entry)?;
+    let f = ctx.kernels.function(family, entry)?;
     let mut args = KernelArgs::new();
     args.push(dptr(w))
         .push(qs)
@@ -1358,7 +1433,11 @@ unsafe fn launch_mul_mat_id_grouped(
         .push(lists)
         .push(dptr(node.dst))
         .push(*s);
-    // SAFETY: (w, aq, ads, counts, lists, dst, tandem_mmid_shape); every listed slot has a valid
-    // expert and its q8_1 column exists; rows past m are masked in the kernel.
+    if let Some(layout) = layout {
+        args.push(layout);
+    }
+    // SAFETY: (w, aq, ads, counts, lists, dst, tandem_mmid_shape[, int layout] for the WMMA
+    // tiles); every listed slot has a valid expert and its q8_1 column exists; rows past m are
+    // masked in the kernel.
     unsafe { ctx.stream.launch(&f, mmid_mma_config(w.ty, s), &mut args) }.map_err(KernelError::Gpu)
 }
