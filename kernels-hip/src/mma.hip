@@ -597,7 +597,7 @@ TANDEM_DEVICE void tandem_mmq_halves(float (&acc)[8][4], const u8* w0, const u8*
 // ---------------------------------------------------------------- integer path, AMD WMMA
 // The same tiles on AMD RDNA3 (gfx11) and RDNA4 (gfx12) wave32 matrix instructions: per 32-value
 // group two int8 16x16x16 WMMA per 16-column tile (one per 16 values), the group's int32 sums
-// scaled as the mma path scales them. A wave takes the tile's 16 rows 16 w .. (w: its wave) as
+// scaled as the mma path scales them (HALVES types: each half's sums with its own scale). A wave takes the tile's 16 rows 16 w .. (w: its wave) as
 // A (16 rows x 16 k) and the 64 columns as four B tiles (16 k x 16 columns). Register layouts,
 // lane l, l16 = l % 16, h = l / 16 (from AMD's RDNA3 and RDNA4 ISA guides):
 //   gfx11 (layout 11): A: row l16, k 0..15 (lanes 16-31 hold the same as 0-15); B: column l16,
@@ -728,6 +728,83 @@ TANDEM_DEVICE void tandem_wmma_step(float (&acc)[8][4], const u8* wrow, const u8
 #endif
 }
 
+// The sum of the four signed bytes of w.
+template <typename L = int>
+TANDEM_DEVICE int tandem_wmma_bsum(u32 w) {
+    return (int)(i8)w + (int)(i8)(w >> 8) + (int)(i8)(w >> 16) + (int)(i8)(w >> 24);
+}
+
+// tandem_wmma_step for the HALVES types (q2_K, q3_K, q6_K: a scale per 16 values, q2_K an offset
+// too): one WMMA per half group and 16-column tile, each half's sums scaled by its row's scale;
+// q2_K's offsets take each half's activation sum, added up from the lane's own B bytes. The
+// same arithmetic as tandem_mmq_halves: in = d sc0 sum0 + d sc1 sum1 [- mn0 asum0 - mn1 asum1],
+// acc += d_a * in. `wrow`: this lane's row's staged superblock (past its lead).
+template <typename T>
+TANDEM_DEVICE void tandem_wmma_halves(float (&acc)[8][4], const u8* wrow, const u8* a,
+                                      const float2 (*ds)[TANDEM_MMQ_BN], int lay) {
+    static_assert(T::HALVES, "a scale per 16 values");
+#if defined(TANDEM_WMMA_RUNS)
+    constexpr int AR = tandem_mmq_raw<T>::ROW;
+    const int l16 = threadIdx.x % 32 % 16;
+#pragma unroll 2
+    for (int gi = 0; gi < T::KG; ++gi) {
+        u32 v[2][4];
+        float sc[2], mn[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            u32 vc[2];
+            T::frag16(wrow, gi, c, vc, sc);
+            v[0][c] = vc[0];
+            v[1][c] = vc[1];
+        }
+        if constexpr (T::MIN) T::mins16(wrow, gi, mn);
+        // The scales (and offsets) of the rows this lane's accumulators hold.
+        float sr[8][2], mr[8][2];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int r = tandem_wmma_row(lay, i);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                sr[i][h] = __shfl(sc[h], r);
+                mr[i][h] = T::MIN ? __shfl(mn[h], r) : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const u8* col = a + (16 * j + l16) * AR + 32 * gi;
+            int c[2][8];
+            float as[2] = {0.0f, 0.0f};
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const uint4 vb = *(const uint4*)(col + 16 * h);
+                const u32 b[4] = {vb.x, vb.y, vb.z, vb.w};
+#pragma unroll
+                for (int i = 0; i < 8; ++i) c[h][i] = 0;
+                tandem_wmma_i8(c[h], v[h], b, lay);
+                if constexpr (T::MIN) {
+                    as[h] = (float)(tandem_wmma_bsum(b[0]) + tandem_wmma_bsum(b[1]) + tandem_wmma_bsum(b[2]) +
+                                    tandem_wmma_bsum(b[3]));
+                }
+            }
+            const float da = ds[gi][16 * j + l16].x;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                float in = fmaf(sr[i][1], (float)c[1][i], sr[i][0] * (float)c[0][i]);
+                if constexpr (T::MIN) in = fmaf(-mr[i][1], as[1], fmaf(-mr[i][0], as[0], in));
+                float& o = acc[2 * j + i / 4][i % 4];
+                o = fmaf(da, in, o);
+            }
+        }
+    }
+#else
+    (void)wrow, (void)a, (void)ds, (void)lay;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[nt][e] = __int_as_float(0x7fc00000);
+#endif
+}
+
 // One 64 x 64 output tile: weight rows row0 .. row0 + 64 (row r at wb + r * nb01, m rows, k
 // values) against the 64 q8_1 columns the map gives; with WM on the WMMA tiles in layout `lay`.
 template <typename T, typename C, bool WM = false>
@@ -742,6 +819,8 @@ TANDEM_DEVICE void tandem_mmq_tile(tandem_mmq_smem<T>& sm, const u8* wb, i64 nb0
     // windows, less st * STEP.
     const u64 r0 = (u64)wb + (u64)((row0 + 16 * warp + qr) * nb01);
     const int lead0 = (int)(r0 & 15u), lead1 = (int)((r0 + 8 * (u64)nb01) & 15u);
+    // The same for the WMMA tiles' row of this lane (16 warp + lane % 16).
+    const int lead_w = (int)(((u64)wb + (u64)((row0 + 16 * warp + lane % 16) * nb01)) & 15u);
     const i64 steps = (k / 32 + T::KG - 1) / T::KG;
     float acc[8][4];
 #pragma unroll
@@ -761,7 +840,13 @@ TANDEM_DEVICE void tandem_mmq_tile(tandem_mmq_smem<T>& sm, const u8* wb, i64 nb0
         tandem_cp_wait<1>();
         __syncthreads();
         if constexpr (WM) {
-            tandem_wmma_step<T>(acc, sm.w[buf] + (16 * warp + lane % 16) * RP, sm.a[buf], sm.ds[buf], lay);
+            const u8* wr = sm.w[buf] + (16 * warp + lane % 16) * RP;
+            if constexpr (T::HALVES) {
+                const int o = (int)((st * T::STEP) % 16);
+                tandem_wmma_halves<T>(acc, wr + ((lead_w + o) & 15), sm.a[buf], sm.ds[buf], lay);
+            } else {
+                tandem_wmma_step<T>(acc, wr, sm.a[buf], sm.ds[buf], lay);
+            }
         } else {
 #if defined(TANDEM_MMA_ENABLED)
         const u8* wrow = sm.w[buf] + (16 * warp + qr) * RP;
@@ -2584,6 +2669,15 @@ TANDEM_MMQ_SB_KERNEL tandem_wmma_q4_K(TANDEM_WMMA_ARGS) {
 TANDEM_MMQ_SB_KERNEL tandem_wmma_q5_K(TANDEM_WMMA_ARGS) {
     tandem_mmq_quant<tandem_mmq_step<tandem_mmvw_q5_K, 8>, true>(w, aq, ads, dst, s, lay);
 }
+TANDEM_MMQ_SB_KERNEL tandem_wmma_q2_K(TANDEM_WMMA_ARGS) {
+    tandem_mmq_quant<tandem_mmq_step<tandem_mmvw_q2_K, 8>, true>(w, aq, ads, dst, s, lay);
+}
+TANDEM_MMQ_SB_KERNEL tandem_wmma_q3_K(TANDEM_WMMA_ARGS) {
+    tandem_mmq_quant<tandem_mmq_step<tandem_mmvw_q3_K, 8>, true>(w, aq, ads, dst, s, lay);
+}
+TANDEM_MMQ_SB_KERNEL tandem_wmma_q6_K(TANDEM_WMMA_ARGS) {
+    tandem_mmq_quant<tandem_mmq_step<tandem_mmvw_q6_K, 8>, true>(w, aq, ads, dst, s, lay);
+}
 TANDEM_MMQ_KERNEL tandem_mmid_wmma_q4_0(TANDEM_MMID_WMMA_ARGS) {
     tandem_mmid_mmq<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q4_0>, 4>, true>(w, aq, ads, counts, lists, dst, s, lay);
 }
@@ -2607,6 +2701,15 @@ TANDEM_MMQ_SB_KERNEL tandem_mmid_wmma_q4_K(TANDEM_MMID_WMMA_ARGS) {
 }
 TANDEM_MMQ_SB_KERNEL tandem_mmid_wmma_q5_K(TANDEM_MMID_WMMA_ARGS) {
     tandem_mmid_mmq<tandem_mmq_step<tandem_mmvw_q5_K, 8>, true>(w, aq, ads, counts, lists, dst, s, lay);
+}
+TANDEM_MMQ_SB_KERNEL tandem_mmid_wmma_q2_K(TANDEM_MMID_WMMA_ARGS) {
+    tandem_mmid_mmq<tandem_mmq_step<tandem_mmvw_q2_K, 8>, true>(w, aq, ads, counts, lists, dst, s, lay);
+}
+TANDEM_MMQ_SB_KERNEL tandem_mmid_wmma_q3_K(TANDEM_MMID_WMMA_ARGS) {
+    tandem_mmid_mmq<tandem_mmq_step<tandem_mmvw_q3_K, 8>, true>(w, aq, ads, counts, lists, dst, s, lay);
+}
+TANDEM_MMQ_SB_KERNEL tandem_mmid_wmma_q6_K(TANDEM_MMID_WMMA_ARGS) {
+    tandem_mmid_mmq<tandem_mmq_step<tandem_mmvw_q6_K, 8>, true>(w, aq, ads, counts, lists, dst, s, lay);
 }
 #endif
 #define TANDEM_MMV_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_MMV_THREADS)

@@ -403,8 +403,8 @@ pub const WMMA_FAMILY: &str = "wmma";
 /// and the GEMV-form MUL_MAT_ID run instead).
 pub const WMMA_SWITCH: &str = "hip.wmma";
 
-/// The WMMA tiles for weights of `ty` (MUL_MAT, grouped MUL_MAT_ID), if any: the 32-value block
-/// types, q4_K and q5_K (a scale per 32 values).
+/// The WMMA tiles for weights of `ty` (MUL_MAT, grouped MUL_MAT_ID), if any: every quantized
+/// type.
 pub fn wmma_entry(ty: ElemType) -> Option<(&'static str, &'static str)> {
     Some(match ty {
         ElemType::Q4_0 => ("tandem_wmma_q4_0", "tandem_mmid_wmma_q4_0"),
@@ -415,6 +415,9 @@ pub fn wmma_entry(ty: ElemType) -> Option<(&'static str, &'static str)> {
         ElemType::IQ4NL => ("tandem_wmma_iq4_nl", "tandem_mmid_wmma_iq4_nl"),
         ElemType::Q4K => ("tandem_wmma_q4_K", "tandem_mmid_wmma_q4_K"),
         ElemType::Q5K => ("tandem_wmma_q5_K", "tandem_mmid_wmma_q5_K"),
+        ElemType::Q2K => ("tandem_wmma_q2_K", "tandem_mmid_wmma_q2_K"),
+        ElemType::Q3K => ("tandem_wmma_q3_K", "tandem_mmid_wmma_q3_K"),
+        ElemType::Q6K => ("tandem_wmma_q6_K", "tandem_mmid_wmma_q6_K"),
         _ => return None,
     })
 }
