@@ -8,7 +8,7 @@
 //
 // This is the portable path. On NVIDIA sm_80+ the launcher (backend/src/gpu/ops/matmul_launch.rs)
 // takes the tensor-core GEMM of mma.hip instead for f16 and every quantized type, on AMD gfx11 /
-// gfx12 the WMMA tiles of mma.hip (the "wmma" family) for every quantized type.
+// gfx12 the WMMA tiles of mma.hip (the "wmma" family) for f16 and every quantized type.
 // This kernel stays the fallback (AMD CDNA's MFMA has no path yet).
 #include "tandem_hip.h"
 #include "tandem_quant.h"

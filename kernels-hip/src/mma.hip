@@ -1,8 +1,8 @@
 // Prefill-shaped MUL_MAT (more than 8 columns) on NVIDIA tensor cores (sm_80 and newer):
 // int8 mma for the quantized weights (groups of 32 values with one scale, and an optional
 // offset, per group or per 16 values), f16 mma for f16 weights; and, built as the "wmma" family
-// (TANDEM_WMMA_ENTRIES), the same int8 tiles on AMD RDNA3 / RDNA4 WMMA (see "integer path, AMD
-// WMMA"). The portable GEMM (gemm.hip) stays the path everywhere else.
+// (TANDEM_WMMA_ENTRIES), the same int8 and f16 tiles on AMD RDNA3 / RDNA4 WMMA (see "integer
+// path, AMD WMMA"). The portable GEMM (gemm.hip) stays the path everywhere else.
 //
 // Integer path: activations are the q8_1 copy of tandem_quantize_q8_1 (int8 values, then one
 // (d, d * sum) pair per 32 values), rounded exactly as the CPU's q8_0 activation copy. Each
@@ -673,6 +673,53 @@ TANDEM_DEVICE void tandem_wmma_i8(int (&c)[8], const u32 (&a)[4], const u32 (&b)
     }
 #else
     for (int i = 0; i < 8; ++i) c[i] = 0;
+    (void)a, (void)b, (void)lay;
+#endif
+}
+
+// c += A x B over one 16x16x16 f16 tile with f32 sums. a, b: this lane's A row and B column (l16)
+// as eight words (two f16 each) of k 0..15; in layout 12 the instruction takes words 4 h .. 4 h + 3.
+template <typename L = int>
+TANDEM_DEVICE void tandem_wmma_h16(float (&c)[8], const u32 (&a)[8], const u32 (&b)[8], L lay) {
+#if TANDEM_WMMA_NATIVE == 11
+    typedef unsigned int v8u __attribute__((ext_vector_type(8)));
+    typedef _Float16 v16h __attribute__((ext_vector_type(16)));
+    typedef float v8f __attribute__((ext_vector_type(8)));
+    const v8u ua = {a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]};
+    const v8u ub = {b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]};
+    v8f vc = {c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]};
+    vc = __builtin_amdgcn_wmma_f32_16x16x16_f16_w32(__builtin_bit_cast(v16h, ua), __builtin_bit_cast(v16h, ub), vc);
+    for (int i = 0; i < 8; ++i) c[i] = vc[i];
+    (void)lay;
+#elif TANDEM_WMMA_NATIVE == 12
+    typedef unsigned int v4u __attribute__((ext_vector_type(4)));
+    typedef _Float16 v8h __attribute__((ext_vector_type(8)));
+    typedef float v8f __attribute__((ext_vector_type(8)));
+    const bool h = (threadIdx.x % 32) >= 16;
+    const v4u ua = {h ? a[4] : a[0], h ? a[5] : a[1], h ? a[6] : a[2], h ? a[7] : a[3]};
+    const v4u ub = {h ? b[4] : b[0], h ? b[5] : b[1], h ? b[6] : b[2], h ? b[7] : b[3]};
+    v8f vc = {c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]};
+    vc = __builtin_amdgcn_wmma_f32_16x16x16_f16_w32_gfx12(__builtin_bit_cast(v8h, ua), __builtin_bit_cast(v8h, ub),
+                                                           vc);
+    for (int i = 0; i < 8; ++i) c[i] = vc[i];
+    (void)lay;
+#elif defined(TANDEM_NVIDIA)
+    // As in tandem_wmma_i8: row r of element i, the words from the lanes the instruction reads.
+    const int l16 = threadIdx.x % 32 % 16;
+    for (int i = 0; i < 8; ++i) {
+        const int r = tandem_wmma_row(lay, i);
+        float s = 0.0f;
+        for (int w = 0; w < 8; ++w) {
+            const int src = lay == 12 ? w / 4 * 16 : 0;
+            const u32 aw = (u32)__shfl((int)a[w], r + src);
+            const u32 bw = (u32)__shfl((int)b[w], l16 + src);
+            s = fmaf(tandem_f16_to_f32((u16)(aw & 0xffffu)), tandem_f16_to_f32((u16)(bw & 0xffffu)), s);
+            s = fmaf(tandem_f16_to_f32((u16)(aw >> 16)), tandem_f16_to_f32((u16)(bw >> 16)), s);
+        }
+        c[i] += s;
+    }
+#else
+    for (int i = 0; i < 8; ++i) c[i] = 0.0f;
     (void)a, (void)b, (void)lay;
 #endif
 }
@@ -1545,7 +1592,56 @@ TANDEM_DEVICE void tandem_mmh_stage(tandem_mmh_smem& sm, int buf, const u8* wrow
     }
 }
 
-TANDEM_DEVICE void tandem_mma_f16_tile(const char* w, const u16* xh, char* dst, const tandem_mm_shape& s) {
+// One k step (TANDEM_MMH_BK values) of the f16 tiles on WMMA for this warp's 32 rows (row l16 of
+// its first 16 at sa) and 32 columns (column l16 of its first 16 at sb): two k16 slices, 2 x 2
+// tiles of 16 x 16; acc[mt][2 nt + i / 4][i % 4] is row 16 mt + tandem_wmma_row(lay, i), column
+// 16 nt + l16.
+template <typename L = int>
+TANDEM_DEVICE void tandem_wmma_f16_step(float (&acc)[2][4][4], const u8* sa, const u8* sb, L lay) {
+#if defined(TANDEM_WMMA_RUNS)
+#pragma unroll
+    for (int ks = 0; ks < TANDEM_MMH_BK / 16; ++ks) {
+        u32 fa[2][8], fb[2][8];
+#pragma unroll
+        for (int t = 0; t < 2; ++t) {
+            const uint4* pa = (const uint4*)(sa + t * 16 * TANDEM_MMH_ROW + 32 * ks);
+            const uint4* pb = (const uint4*)(sb + t * 16 * TANDEM_MMH_ROW + 32 * ks);
+            const uint4 a0 = pa[0], a1 = pa[1], b0 = pb[0], b1 = pb[1];
+            const u32 av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+            const u32 bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+            for (int w = 0; w < 8; ++w) {
+                fa[t][w] = av[w];
+                fb[t][w] = bv[w];
+            }
+        }
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+                float c[8];
+#pragma unroll
+                for (int i = 0; i < 8; ++i) c[i] = acc[mt][2 * nt + i / 4][i % 4];
+                tandem_wmma_h16(c, fa[mt], fb[nt], lay);
+#pragma unroll
+                for (int i = 0; i < 8; ++i) acc[mt][2 * nt + i / 4][i % 4] = c[i];
+            }
+        }
+    }
+#else
+    (void)sa, (void)sb, (void)lay;
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[mt][nt][e] = __int_as_float(0x7fc00000);
+#endif
+}
+
+template <bool WM = false>
+TANDEM_DEVICE void tandem_mma_f16_tile(const char* w, const u16* xh, char* dst, const tandem_mm_shape& s,
+                                       int lay = 0) {
     __shared__ __align__(16) tandem_mmh_smem sm;
     const i64 b = blockIdx.z;
     if (b >= s.ne12 * s.ne13) return;
@@ -1586,6 +1682,11 @@ TANDEM_DEVICE void tandem_mma_f16_tile(const char* w, const u16* xh, char* dst, 
             tandem_mmh_stage(sm, (int)(next % TANDEM_MMH_STAGES), wrow, xcol, s.k, next * TANDEM_MMH_BK, al, wb, xb);
         }
         tandem_cp_commit();
+        if constexpr (WM) {
+            tandem_wmma_f16_step(acc, sm.a[buf] + (wm * 32 + lane % 16) * TANDEM_MMH_ROW,
+                                 sm.b[buf] + (wn * 32 + lane % 16) * TANDEM_MMH_ROW, lay);
+            continue;
+        }
 #if defined(TANDEM_MMA_ENABLED)
         const u8* sa = sm.a[buf] + (wm * 32 + ar) * TANDEM_MMH_ROW + ab;
         const u8* sb = sm.b[buf] + (wn * 32 + bc) * TANDEM_MMH_ROW + bb;
@@ -1619,7 +1720,25 @@ TANDEM_DEVICE void tandem_mma_f16_tile(const char* w, const u16* xh, char* dst, 
 #endif
     }
     tandem_cp_wait<0>();
-    tandem_mma_store(acc, tandem_mma_dense(dst, b, s, col0), s.m, row0 + wm * 32, wn * 32);
+    const tandem_mma_dense_cols cols = tandem_mma_dense(dst, b, s, col0);
+    if constexpr (WM) {
+        // acc[mt][2 nt + i / 4][i % 4]: row 16 mt + tandem_wmma_row(lay, i) of the warp's 32,
+        // column 16 nt + lane % 16 of its 32.
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+                char* o = cols.out(wn * 32 + 16 * nt + lane % 16);
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    const i64 r = row0 + wm * 32 + 16 * mt + tandem_wmma_row(lay, i);
+                    if (r < s.m && o != nullptr) *(float*)(o + r * 4) = acc[mt][2 * nt + i / 4][i % 4];
+                }
+            }
+        }
+        return;
+    }
+    tandem_mma_store(acc, cols, s.m, row0 + wm * 32, wn * 32);
 }
 
 // ---------------------------------------------------------------- f16 path, Hopper
@@ -2645,6 +2764,9 @@ TANDEM_MMQ_SB_KERNEL tandem_mmid_mma_q6_K(TANDEM_MMID_ARGS) {
 #if defined(TANDEM_WMMA_ENTRIES)
 #define TANDEM_WMMA_ARGS TANDEM_MMA_ARGS_Q, int lay
 #define TANDEM_MMID_WMMA_ARGS TANDEM_MMID_ARGS, int lay
+TANDEM_MMA_KERNEL tandem_wmma_f16(const char* w, const u16* xh, char* dst, tandem_mm_shape s, int lay) {
+    tandem_mma_f16_tile<true>(w, xh, dst, s, lay);
+}
 TANDEM_MMQ_KERNEL tandem_wmma_q4_0(TANDEM_WMMA_ARGS) {
     tandem_mmq_quant<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q4_0>, 4>, true>(w, aq, ads, dst, s, lay);
 }
@@ -2773,8 +2895,7 @@ TANDEM_DEVICE const char* tandem_mma_src_column(const char* src, i64 c, const ta
     const i64 i1 = c % s.ne1, i2 = (c / s.ne1) % s.ne2, i3 = c / (s.ne1 * s.ne2);
     return src + i1 * s.nb1 + i2 * s.nb2 + i3 * s.nb3;
 }
-extern "C" __global__ void __launch_bounds__(256)
-tandem_mma_f16_copy(const char* src, u16* xh, tandem_mma_src_shape s) {
+TANDEM_DEVICE void tandem_mma_f16_copy_block(const char* src, u16* xh, tandem_mma_src_shape s) {
     const i64 i = TANDEM_MMA_COPY_VALUES * ((i64)blockIdx.x * blockDim.x + threadIdx.x);
     if (i >= s.k) return;
     const i64 cols = s.ne1 * s.ne2 * s.ne3;
@@ -2790,6 +2911,17 @@ tandem_mma_f16_copy(const char* src, u16* xh, tandem_mma_src_shape s) {
         }
     }
 }
+extern "C" __global__ void __launch_bounds__(256)
+tandem_mma_f16_copy(const char* src, u16* xh, tandem_mma_src_shape s) {
+    tandem_mma_f16_copy_block(src, xh, s);
+}
+#if defined(TANDEM_WMMA_ENTRIES)
+// The same for the "wmma" family's f16 tiles.
+extern "C" __global__ void __launch_bounds__(256)
+tandem_wmma_f16_copy(const char* src, u16* xh, tandem_mma_src_shape s) {
+    tandem_mma_f16_copy_block(src, xh, s);
+}
+#endif
 
 // As tandem_mma_f16_copy, but each 32 values of a column first rounded as the CPU's q8_0
 // activation copy rounds them (q * f16(d), exactly as tandem_q8_round_f32 in gemv.hip) and then

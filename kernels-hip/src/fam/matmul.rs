@@ -146,6 +146,8 @@ pub(crate) const FAMILIES: &[KernelSource] = &[
         source: include_str!("../mma.hip"),
         entries: &[
             "tandem_wmma_route",
+            "tandem_wmma_f16",
+            "tandem_wmma_f16_copy",
             "tandem_wmma_q4_0",
             "tandem_wmma_q4_1",
             "tandem_wmma_q5_0",

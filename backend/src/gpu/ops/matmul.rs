@@ -210,11 +210,11 @@ mod tests {
     use super::super::matmul_launch::{
         convert_config, entries, gemm_config, gemv_act_bytes, gemv_config, gemv_fuses_quantize, gemv_shared_bytes,
         gemv_stages, gemv_waves, has_mma, has_wgmma, mma_config, mma_entry, mma_tile, mmid_grouped_bytes,
-        mmid_mma_config, mmid_mma_entry, mmq_shared_bytes, mmv_config, mmv_entry, mmv_fits, mmv_shared_bytes,
-        quantize_config, rows_per_wave, split_sum_config, wgmma_config, wgmma_entry, wgmma_f16_config, wgmma_fits,
-        wgmma_shared_bytes, wgmma_takes, wgmmq_config, wgmmq_entry, wgmmq_fits, wgmmq_shared_bytes, wmma_entry,
-        wmma_native_layout, MmSplit, GEMM_FAMILY, GEMV_FAMILY, GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES, MMA_COPY_VALUES,
-        QUANTIZE_VALUES, WMMA_FAMILY,
+        mmid_mma_config, mmid_mma_entry, mmid_wmma_entry, mmq_shared_bytes, mmv_config, mmv_entry, mmv_fits,
+        mmv_shared_bytes, quantize_config, rows_per_wave, split_sum_config, wgmma_config, wgmma_entry,
+        wgmma_f16_config, wgmma_fits, wgmma_shared_bytes, wgmma_takes, wgmmq_config, wgmmq_entry, wgmmq_fits,
+        wgmmq_shared_bytes, wmma_entry, wmma_native_layout, MmSplit, GEMM_FAMILY, GEMV_FAMILY, GEMV_FLOAT_ROWS,
+        GEMV_FUSED_ACT_BYTES, MMA_COPY_VALUES, QUANTIZE_VALUES, WMMA_FAMILY,
     };
     use super::*;
     use crate::gpu::api::DevicePtr;
@@ -418,18 +418,22 @@ mod tests {
                 assert!(mma_src.entries.contains(&e), "{e}");
             }
         }
-        // AMD WMMA tiles: every quantized type, in the "wmma" build of mma.hip.
+        // AMD WMMA tiles: f16 and every quantized type, in the "wmma" build of mma.hip.
         let wmma_src = tandem_kernels_hip::find(WMMA_FAMILY).unwrap();
         assert_eq!(
             (wmma_src.file, wmma_src.options),
             ("mma.hip", &["-DTANDEM_WMMA_ENTRIES"][..])
         );
-        assert!(wmma_src.entries.contains(&"tandem_wmma_route"));
+        assert!(wmma_src.entries.contains(&"tandem_wmma_route") && wmma_src.entries.contains(&"tandem_wmma_f16_copy"));
         for ty in TYPES {
-            assert_eq!(wmma_entry(ty).is_some(), ty.is_quantized(), "{ty}");
-            if let Some((a, b)) = wmma_entry(ty) {
-                assert!(wmma_src.entries.contains(&a) && wmma_src.entries.contains(&b), "{ty}");
-                assert!(a.ends_with(ty.name()) && b.ends_with(ty.name()), "{ty}");
+            assert_eq!(
+                wmma_entry(ty).is_some(),
+                ty.is_quantized() || ty == ElemType::F16,
+                "{ty}"
+            );
+            assert_eq!(mmid_wmma_entry(ty).is_some(), ty.is_quantized(), "{ty}");
+            for e in [wmma_entry(ty), mmid_wmma_entry(ty)].into_iter().flatten() {
+                assert!(wmma_src.entries.contains(&e) && e.ends_with(ty.name()), "{e}");
             }
         }
         for (arch, layout) in [

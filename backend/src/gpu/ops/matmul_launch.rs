@@ -403,21 +403,40 @@ pub const WMMA_FAMILY: &str = "wmma";
 /// and the GEMV-form MUL_MAT_ID run instead).
 pub const WMMA_SWITCH: &str = "hip.wmma";
 
-/// The WMMA tiles for weights of `ty` (MUL_MAT, grouped MUL_MAT_ID), if any: every quantized
-/// type.
-pub fn wmma_entry(ty: ElemType) -> Option<(&'static str, &'static str)> {
+/// The WMMA tiles for MUL_MAT prefill with weights of `ty`, if any: f16 (on an f16 copy of the
+/// activations) and every quantized type (on the q8_1 copy).
+pub fn wmma_entry(ty: ElemType) -> Option<&'static str> {
     Some(match ty {
-        ElemType::Q4_0 => ("tandem_wmma_q4_0", "tandem_mmid_wmma_q4_0"),
-        ElemType::Q4_1 => ("tandem_wmma_q4_1", "tandem_mmid_wmma_q4_1"),
-        ElemType::Q5_0 => ("tandem_wmma_q5_0", "tandem_mmid_wmma_q5_0"),
-        ElemType::Q5_1 => ("tandem_wmma_q5_1", "tandem_mmid_wmma_q5_1"),
-        ElemType::Q8_0 => ("tandem_wmma_q8_0", "tandem_mmid_wmma_q8_0"),
-        ElemType::IQ4NL => ("tandem_wmma_iq4_nl", "tandem_mmid_wmma_iq4_nl"),
-        ElemType::Q4K => ("tandem_wmma_q4_K", "tandem_mmid_wmma_q4_K"),
-        ElemType::Q5K => ("tandem_wmma_q5_K", "tandem_mmid_wmma_q5_K"),
-        ElemType::Q2K => ("tandem_wmma_q2_K", "tandem_mmid_wmma_q2_K"),
-        ElemType::Q3K => ("tandem_wmma_q3_K", "tandem_mmid_wmma_q3_K"),
-        ElemType::Q6K => ("tandem_wmma_q6_K", "tandem_mmid_wmma_q6_K"),
+        ElemType::F16 => "tandem_wmma_f16",
+        ElemType::Q4_0 => "tandem_wmma_q4_0",
+        ElemType::Q4_1 => "tandem_wmma_q4_1",
+        ElemType::Q5_0 => "tandem_wmma_q5_0",
+        ElemType::Q5_1 => "tandem_wmma_q5_1",
+        ElemType::Q8_0 => "tandem_wmma_q8_0",
+        ElemType::IQ4NL => "tandem_wmma_iq4_nl",
+        ElemType::Q4K => "tandem_wmma_q4_K",
+        ElemType::Q5K => "tandem_wmma_q5_K",
+        ElemType::Q2K => "tandem_wmma_q2_K",
+        ElemType::Q3K => "tandem_wmma_q3_K",
+        ElemType::Q6K => "tandem_wmma_q6_K",
+        _ => return None,
+    })
+}
+
+/// The WMMA tiles for grouped MUL_MAT_ID with experts of `ty`, if any: every quantized type.
+pub fn mmid_wmma_entry(ty: ElemType) -> Option<&'static str> {
+    Some(match ty {
+        ElemType::Q4_0 => "tandem_mmid_wmma_q4_0",
+        ElemType::Q4_1 => "tandem_mmid_wmma_q4_1",
+        ElemType::Q5_0 => "tandem_mmid_wmma_q5_0",
+        ElemType::Q5_1 => "tandem_mmid_wmma_q5_1",
+        ElemType::Q8_0 => "tandem_mmid_wmma_q8_0",
+        ElemType::IQ4NL => "tandem_mmid_wmma_iq4_nl",
+        ElemType::Q4K => "tandem_mmid_wmma_q4_K",
+        ElemType::Q5K => "tandem_mmid_wmma_q5_K",
+        ElemType::Q2K => "tandem_mmid_wmma_q2_K",
+        ElemType::Q3K => "tandem_mmid_wmma_q3_K",
+        ElemType::Q6K => "tandem_mmid_wmma_q6_K",
         _ => return None,
     })
 }
@@ -1146,24 +1165,36 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
         _ => return Err(launch_error("gemm", "MUL_MAT without two sources")),
     };
     check_alignment("gemm", w, src1, node.dst)?;
-    if let (Some((entry, _)), Some(layout)) = (wmma_entry(w.ty), wmma_layout(&ctx.info.arch)) {
+    if let (Some(entry), Some(layout)) = (wmma_entry(w.ty), wmma_layout(&ctx.info.arch)) {
         let s = MulMatShape::new(node.dst, w, src1).ok_or_else(|| launch_error("gemm", "empty batch"))?;
-        if q8_1_layout(Q8Shape::of(src1).columns(), s.k).is_some()
-            && (s.m + MMQ_TILE_M - 1) / MMQ_TILE_M <= MAX_GRID_YZ
-            && s.batches() <= MAX_GRID_YZ
-        {
+        let columns = Q8Shape::of(src1).columns();
+        let fits = if uses_q8_1(w.ty) {
+            q8_1_layout(columns, s.k).is_some()
+        } else {
+            columns
+                .checked_mul(s.k)
+                .and_then(|v| v.checked_mul(2))
+                .is_some_and(|b| b <= MAX_SCRATCH as i64)
+        };
+        let tile_m = mma_tile(w.ty).1;
+        if fits && (s.m + tile_m - 1) / tile_m <= MAX_GRID_YZ && s.batches() <= MAX_GRID_YZ {
             let f = ctx.kernels.function(WMMA_FAMILY, entry)?;
-            // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
-            let (qs, ds) = unsafe { quantize_src1(ctx, src1) }?;
             let mut args = KernelArgs::new();
-            args.push(dptr(w))
-                .push(qs)
-                .push(ds)
-                .push(dptr(node.dst))
-                .push(s)
-                .push(layout);
-            // SAFETY: (w, aq, ads, dst, tandem_mm_shape, int layout); tiles past m, n or k are
-            // masked in the kernel; the q8_1 copy holds every column of every batch.
+            args.push(dptr(w));
+            if uses_q8_1(w.ty) {
+                // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
+                let (qs, ds) = unsafe { quantize_src1(ctx, src1) }?;
+                args.push(qs).push(ds);
+            } else {
+                // SAFETY: forwarded; src1 is a device f32 tensor (predicate); the copy kernel is
+                // `tandem_mma_f16_copy` under the wmma family's name.
+                args.push(
+                    unsafe { convert_src1(ctx, src1, WMMA_FAMILY, "tandem_wmma_f16_copy", 2, MMA_COPY_VALUES, 0) }?.0,
+                );
+            }
+            args.push(dptr(node.dst)).push(s).push(layout);
+            // SAFETY: (w, aq, ads | xh, dst, tandem_mm_shape, int layout); tiles past m, n or k
+            // are masked in the kernel; the q8_1 or f16 copy holds every column of every batch.
             return unsafe { ctx.stream.launch(&f, mma_config(w.ty, &s), &mut args) }.map_err(KernelError::Gpu);
         }
     }
@@ -1295,8 +1326,8 @@ pub unsafe fn launch_mul_mat_id(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<
         return Err(launch_error("mul_mat_id", "ids data is not 4-byte aligned"));
     }
     let s = MulMatIdShape::new(node.dst, w, src1, ids);
-    let grouped = match (wmma_entry(w.ty), wmma_layout(&ctx.info.arch)) {
-        (Some((_, entry)), Some(layout)) => Some((WMMA_FAMILY, entry, Some(layout))),
+    let grouped = match (mmid_wmma_entry(w.ty), wmma_layout(&ctx.info.arch)) {
+        (Some(entry), Some(layout)) => Some((WMMA_FAMILY, entry, Some(layout))),
         _ => mmid_mma_entry(w.ty)
             .filter(|_| mma_allowed(&ctx.info.arch))
             .map(|e| (MMA_FAMILY, e, None)),
