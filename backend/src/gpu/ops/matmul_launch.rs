@@ -1154,6 +1154,19 @@ pub unsafe fn launch_gemv(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
     unsafe { ctx.stream.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu)
 }
 
+/// Whether the activation copy a matrix-instruction GEMM reads fits the scratch memory: the q8_1
+/// copy of `columns` columns of `k` values (`q8`), else their f16 copy.
+fn acts_copy_fits(q8: bool, columns: i64, k: i64) -> bool {
+    if q8 {
+        q8_1_layout(columns, k).is_some()
+    } else {
+        columns
+            .checked_mul(k)
+            .and_then(|v| v.checked_mul(2))
+            .is_some_and(|b| b <= MAX_SCRATCH as i64)
+    }
+}
+
 /// MUL_MAT with more than eight columns: the tensor-core GEMM where the device and the weight
 /// type have one, else the portable tiled GEMM on f32 activations.
 ///
@@ -1167,15 +1180,7 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
     check_alignment("gemm", w, src1, node.dst)?;
     if let (Some(entry), Some(layout)) = (wmma_entry(w.ty), wmma_layout(&ctx.info.arch)) {
         let s = MulMatShape::new(node.dst, w, src1).ok_or_else(|| launch_error("gemm", "empty batch"))?;
-        let columns = Q8Shape::of(src1).columns();
-        let fits = if uses_q8_1(w.ty) {
-            q8_1_layout(columns, s.k).is_some()
-        } else {
-            columns
-                .checked_mul(s.k)
-                .and_then(|v| v.checked_mul(2))
-                .is_some_and(|b| b <= MAX_SCRATCH as i64)
-        };
+        let fits = acts_copy_fits(uses_q8_1(w.ty), Q8Shape::of(src1).columns(), s.k);
         let tile_m = mma_tile(w.ty).1;
         if fits && (s.m + tile_m - 1) / tile_m <= MAX_GRID_YZ && s.batches() <= MAX_GRID_YZ {
             let f = ctx.kernels.function(WMMA_FAMILY, entry)?;
@@ -1213,14 +1218,7 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
             (true, true) => MmaActs::F16Q8,
             (_, false) => MmaActs::F16,
         };
-        let fits = if acts == MmaActs::Q8_1 {
-            q8_1_layout(columns, s.k).is_some()
-        } else {
-            columns
-                .checked_mul(s.k)
-                .and_then(|v| v.checked_mul(2))
-                .is_some_and(|b| b <= MAX_SCRATCH as i64)
-        };
+        let fits = acts_copy_fits(acts == MmaActs::Q8_1, columns, s.k);
         // The Hopper f16 GEMM of f16 weights and the Hopper int8 GEMM (one block per SM each)
         // run their tiles over a one-dimensional grid whose last wave is split in k ranges
         // ([`MmSplit`]).
@@ -1327,10 +1325,20 @@ pub unsafe fn launch_mul_mat_id(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<
     }
     let s = MulMatIdShape::new(node.dst, w, src1, ids);
     let grouped = match (mmid_wmma_entry(w.ty), wmma_layout(&ctx.info.arch)) {
-        (Some(entry), Some(layout)) => Some((WMMA_FAMILY, entry, Some(layout))),
+        (Some(entry), Some(layout)) => Some(GroupedTiles {
+            family: WMMA_FAMILY,
+            route: "tandem_wmma_route",
+            entry,
+            layout: Some(layout),
+        }),
         _ => mmid_mma_entry(w.ty)
             .filter(|_| mma_allowed(&ctx.info.arch))
-            .map(|e| (MMA_FAMILY, e, None)),
+            .map(|entry| GroupedTiles {
+                family: MMA_FAMILY,
+                route: "tandem_mmid_route",
+                entry,
+                layout: None,
+            }),
     };
     if let (Some(tiles), Some(lists_bytes)) = (grouped, mmid_grouped_bytes(&s)) {
         // SAFETY: forwarded.
@@ -1417,9 +1425,19 @@ pub fn mmid_mma_config(ty: ElemType, s: &MulMatIdShape) -> LaunchConfig {
     }
 }
 
-/// MUL_MAT_ID with more than eight tokens on tensor cores: the activations' q8_1 copy, the
-/// slots sorted by expert on the device (`tandem_mmid_route`), then one GEMM per expert over
-/// its tokens (`tandem_mmid_mma_<type>`), each expert's weights read once per 64 of them.
+/// The kernels of a grouped MUL_MAT_ID: their family, the routing entry, the per-expert GEMM and,
+/// for the WMMA tiles, their register layout (an extra argument).
+struct GroupedTiles {
+    family: &'static str,
+    route: &'static str,
+    entry: &'static str,
+    layout: Option<i32>,
+}
+
+/// MUL_MAT_ID with more than eight tokens on matrix instructions: the activations' q8_1 copy,
+/// the slots sorted by expert on the device (`tandem_mmid_route`; `tandem_wmma_route` for the
+/// WMMA tiles), then one GEMM per expert over its tokens (`tandem_mmid_mma_<type>` or
+/// `tandem_mmid_wmma_<type>`), each expert's weights read once per 64 of them.
 ///
 /// # Safety
 /// As [`launch_mul_mat_id`].
@@ -1431,18 +1449,19 @@ unsafe fn launch_mul_mat_id_grouped(
     src1: &Tensor,
     ids: &Tensor,
     s: &MulMatIdShape,
-    (family, entry, layout): (&'static str, &'static str, Option<i32>),
+    tiles: GroupedTiles,
     lists_bytes: usize,
 ) -> Result<(), KernelError> {
+    let GroupedTiles {
+        family,
+        route,
+        entry,
+        layout,
+    } = tiles;
     // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
     let (qs, ds, counts) = unsafe { quantize_src1_with(ctx, src1, lists_bytes) }?;
     let lists = counts.offset(s.n_expert as usize * 4);
-    let route_entry = if family == WMMA_FAMILY {
-        "tandem_wmma_route"
-    } else {
-        "tandem_mmid_route"
-    };
-    let route = ctx.kernels.function(family, route_entry)?;
+    let route = ctx.kernels.function(family, route)?;
     let mut args = KernelArgs::new();
     args.push(dptr(ids))
         .push(counts)
