@@ -83,6 +83,15 @@ TANDEM_DEVICE u32 tandem_mma_iq4nl4(u32 x) {
 
 // ---------------------------------------------------------------- helpers
 
+// Every f32 of the accumulator array `acc` (any shape) set to NaN: what a kernel built for a
+// device without its instructions writes (the launcher never picks it there).
+template <typename A>
+TANDEM_DEVICE void tandem_acc_nan(A& acc) {
+    float* p = (float*)&acc;
+#pragma unroll
+    for (int i = 0; i < (int)(sizeof(A) / sizeof(float)); ++i) p[i] = __int_as_float(0x7fc00000);
+}
+
 // Writes the block's accumulators acc[mt][nt][e] (rows r0 + 16 mt + lane / 4 (+ 8 for e >= 2),
 // tile columns c0 + 8 nt + 2 (lane % 4) (+ 1 for odd e)) for rows below m and the columns the
 // map C has (C::out(c): the column's output base, or null for none).
@@ -768,10 +777,7 @@ TANDEM_DEVICE void tandem_wmma_step(float (&acc)[8][4], const u8* wrow, const u8
 #else
     // Built for a device without these instructions: never picked there; NaN if it were.
     (void)wrow, (void)a, (void)ds, (void)lay;
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[nt][e] = __int_as_float(0x7fc00000);
+    tandem_acc_nan(acc);
 #endif
 }
 
@@ -845,10 +851,7 @@ TANDEM_DEVICE void tandem_wmma_halves(float (&acc)[8][4], const u8* wrow, const 
     }
 #else
     (void)wrow, (void)a, (void)ds, (void)lay;
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[nt][e] = __int_as_float(0x7fc00000);
+    tandem_acc_nan(acc);
 #endif
 }
 
@@ -944,10 +947,7 @@ TANDEM_DEVICE void tandem_mmq_tile(tandem_mmq_smem<T>& sm, const u8* wb, i64 nb0
         }
 #else
         // Built for a device without these instructions: never picked there; NaN if it were.
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[nt][e] = __int_as_float(0x7fc00000);
+        tandem_acc_nan(acc);
 #endif
         }
         __syncthreads();  // buffer `buf` is refilled by the next step's copies
@@ -1480,10 +1480,7 @@ TANDEM_DEVICE void tandem_mmv_rows(const u8* wb, i64 nb01, i64 m, i64 k, const c
             }
 #else
             // Built for a device without these instructions: never picked there; NaN if it were.
-#pragma unroll
-            for (int t = 0; t < 2; ++t)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[t][e] = __int_as_float(0x7fc00000);
+            tandem_acc_nan(acc);
 #endif
             buf = buf == S::STAGES - 1 ? 0 : buf + 1;
         }
@@ -1630,12 +1627,7 @@ TANDEM_DEVICE void tandem_wmma_f16_step(float (&acc)[2][4][4], const u8* sa, con
     }
 #else
     (void)sa, (void)sb, (void)lay;
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[mt][nt][e] = __int_as_float(0x7fc00000);
+    tandem_acc_nan(acc);
 #endif
 }
 
@@ -1711,12 +1703,7 @@ TANDEM_DEVICE void tandem_mma_f16_tile(const char* w, const u16* xh, char* dst, 
             }
         }
 #else
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[mt][nt][e] = __int_as_float(0x7fc00000);
+        tandem_acc_nan(acc);
 #endif
     }
     tandem_cp_wait<0>();
@@ -1932,8 +1919,7 @@ TANDEM_DEVICE void tandem_wgmma_store(float (&acc)[TANDEM_WGMMA_BN / 2], char* o
     tandem_wgmma_hold(acc);
     tandem_cp_wait<0>();
 #if !defined(TANDEM_WGMMA_ENABLED)
-#pragma unroll
-    for (int i = 0; i < TANDEM_WGMMA_BN / 2; ++i) acc[i] = __int_as_float(0x7fc00000);
+    tandem_acc_nan(acc);
 #endif
     const int g = threadIdx.x / 128, i = threadIdx.x % 128;
     const i64 rr = row0 + 64 * g + 16 * (i / 32) + (i % 32) / 4;
@@ -2596,8 +2582,7 @@ TANDEM_DEVICE void tandem_wgmmq_tile(u8* base, const u8* wb, i64 nb01, i64 m, i6
     }
     tandem_cp_wait<0>();
 #if !defined(TANDEM_WGMMA_ENABLED)
-#pragma unroll
-    for (int i = 0; i < 32; ++i) acc[i] = __int_as_float(0x7fc00000);
+    tandem_acc_nan(acc);
 #endif
     // Accumulator 16 h + 4 j + e: activation column a0 (+ 8 for e >= 2), weight row
     // 64 (wg / 2) + 32 h + 8 j + 2 q + (e & 1).
