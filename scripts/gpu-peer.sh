@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# tandem's TANDEM0 against llama.cpp's CUDA backend, same process, same weights and graphs
+# (tests/src/bin/backend_matmul_peer.rs says how it measures).
+#
+# Two steps, because the GPU machine need not have Rust:
+#
+#   scripts/gpu-peer.sh pack DIR          # here: builds the harness and the plugin (release) and
+#                                         # puts them in DIR with ggml's shared libraries and the
+#                                         # ggml sources they were built from
+#   DIR/gpu-peer.sh run DIR [ARGS...]     # on the GPU machine (cmake, nvcc, a C++ compiler):
+#                                         # builds libggml-cuda.so from those sources once (as a
+#                                         # llama.cpp user would: release, GGML_NATIVE, dynamic
+#                                         # backend; FlashAttention kernels left out, this only
+#                                         # runs MUL_MAT), then runs the harness on TANDEM0 and
+#                                         # CUDA0; ARGS go to the harness (--filter, --runs, --json)
+#
+# PEER_TARGET_DIR: the cargo target folder of the pack step (default target/gpu-peer).
+# The CUDA library loads into the same ggml (libggml-base) as the plugin, so both backends see
+# one ggml, version-matched to the plugin's tests (ggml from llama-cpp-sys-2).
+set -euo pipefail
+
+die() { echo "gpu-peer.sh: $*" >&2; exit 1; }
+
+pack() {
+    local dir="$1"
+    cd "$(dirname "$0")/.."
+    export CARGO_TARGET_DIR="${PEER_TARGET_DIR:-$PWD/target/gpu-peer}"
+    cargo build --release -p tandem-tests --bin backend_matmul_peer -p tandem-capi >&2
+    local out="$CARGO_TARGET_DIR/release"
+    local lib_dir
+    lib_dir="$(dirname "$(find "$out/build" -path '*llama-cpp-sys-2-*/out/*' -name 'libggml-base.so.0' | head -n1)")"
+    [ -f "$lib_dir/libggml-base.so.0" ] || die "ggml's shared libraries not found under $out/build"
+    local src
+    src="$(cargo metadata --format-version 1 | python3 -c '
+import json, sys
+m = json.load(sys.stdin)
+print(next(p["manifest_path"] for p in m["packages"] if p["name"] == "llama-cpp-sys-2"))')"
+    src="$(dirname "$src")/llama.cpp/ggml"
+    [ -f "$src/src/ggml-cuda/ggml-cuda.cu" ] || die "ggml's CUDA sources not found at $src"
+    mkdir -p "$dir/lib"
+    cp "$out/backend_matmul_peer" "$out/libggml_tandem.so" "$dir/"
+    cp "$lib_dir"/libggml-base.so.0 "$lib_dir"/libggml-cpu.so.0 "$lib_dir"/libggml.so.0 "$dir/lib/"
+    strip "$dir/backend_matmul_peer" "$dir/libggml_tandem.so"
+    # Only what a CUDA build reads: the build files, headers, ggml-base, ggml-cuda and the ggml-cpu headers ggml-base includes.
+    (cd "$src" && tar -czf "$dir/ggml-src.tar.gz" CMakeLists.txt cmake include \
+        $(cd src && find . -maxdepth 1 -type f -printf 'src/%P\n') src/ggml-cuda src/ggml-cpu)
+    cp "$0" "$dir/gpu-peer.sh"
+    echo "gpu-peer.sh: packed $(du -sh "$dir" | cut -f1) into $dir; on the GPU machine run: $dir/gpu-peer.sh run $dir" >&2
+}
+
+run() {
+    local dir
+    dir="$(cd "$1" && pwd)"
+    shift
+    local cuda="$dir/cuda/libggml-cuda.so"
+    if [ ! -f "$cuda" ]; then
+        for tool in cmake nvcc c++; do
+            command -v "$tool" >/dev/null || die "$tool is needed to build libggml-cuda.so"
+        done
+        local b="$dir/cuda-build"
+        rm -rf "$b" && mkdir -p "$b/src/ggml"
+        tar -C "$b/src/ggml" -xzf "$dir/ggml-src.tar.gz"
+        # ggml as a subproject, as llama.cpp includes it (no standalone tests, examples, .pc).
+        printf '%s\n' 'cmake_minimum_required(VERSION 3.18)' 'project(ggml_peer C CXX)' \
+            'add_subdirectory(ggml)' >"$b/src/CMakeLists.txt"
+        local gen=()
+        command -v ninja >/dev/null && gen=(-G Ninja)
+        echo "gpu-peer.sh: building libggml-cuda.so (cmake + nvcc, a few minutes)" >&2
+        local t0=$SECONDS
+        cmake -S "$b/src" -B "$b/out" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
+            -DGGML_BACKEND_DL=ON -DGGML_CPU=OFF -DGGML_CUDA=ON -DGGML_NATIVE=ON -DGGML_CUDA_FA=OFF \
+            -DGGML_CUDA_NCCL=OFF >"$b/configure.log" 2>&1 || { tail -30 "$b/configure.log" >&2; die "cmake configure failed"; }
+        cmake --build "$b/out" --target ggml-cuda -j "$(nproc)" >"$b/build.log" 2>&1 ||
+            { tail -30 "$b/build.log" >&2; die "building ggml-cuda failed"; }
+        local built
+        built="$(find "$b/out" -name 'libggml-cuda.so' | head -n1)"
+        [ -n "$built" ] || die "the build made no libggml-cuda.so"
+        mkdir -p "$dir/cuda" && cp "$built" "$cuda"
+        echo "gpu-peer.sh: built libggml-cuda.so in $((SECONDS - t0)) s" >&2
+    fi
+    # The crate's libggml-base is loaded first, so the CUDA module binds to the same ggml.
+    LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+        "$dir/backend_matmul_peer" --load "$dir/libggml_tandem.so" --load "$cuda" \
+        --devices TANDEM0,CUDA0 "$@"
+}
+
+case "${1:-}" in
+    pack) [ $# -eq 2 ] || die "usage: scripts/gpu-peer.sh pack DIR"; pack "$2" ;;
+    run) [ $# -ge 2 ] || die "usage: gpu-peer.sh run DIR [harness args]"; run "${@:2}" ;;
+    *) die "usage: scripts/gpu-peer.sh pack DIR | run DIR [harness args]" ;;
+esac

@@ -1,0 +1,550 @@
+//! MUL_MAT and MUL_MAT_ID on several ggml devices through ggml's own backend API, one process,
+//! the same weights, activations and graphs on each: tandem's TANDEM0 (the plugin) against
+//! llama.cpp's CUDA backend (a `libggml-cuda.so` built from the same ggml sources with
+//! `GGML_BACKEND_DL=ON`, see scripts/gpu-peer.sh), or TANDEM_HOST against ggml's CPU.
+//!
+//! `backend_matmul_peer [--load LIB]... --devices A,B[,...] [--runs R] [--filter S1,S2]
+//!                      [--list] [--json]`
+//!
+//! `--load` loads a dynamic ggml backend (the plugin, libggml-cuda.so) before the devices are
+//! looked up by name. For each case and device: the weights are quantized once by ggml
+//! (`ggml_quantize_chunk` of seeded random values), then copied to as many tensors on the
+//! device as make a working set of at least 512 MiB (ten times the H200's 50 MB L2; at most
+//! 64 copies), and one graph holds one node per copy, all on the same activations; the graph
+//! is computed twice to warm up, then `--runs` times, each wall-clocked around
+//! `ggml_backend_graph_compute` (which returns once the device has finished). A node's time is
+//! the graph's over its node count; the figures are the median and the fastest run. Every
+//! node reads weights that are not in the cache, as a decode step's layers do, and the host
+//! queues the nodes while the device runs them, so the time is the device's (each backend's
+//! launch costs are included when they exceed its kernels').
+//!
+//! Every device's first output is compared with ggml's CPU backend on the same node (NMSE,
+//! threshold 5e-4 as in `tandem test-ops`); a case that fails it, a failed graph or zero cases
+//! run make the tool exit 1.
+
+use llama_cpp_sys_2 as g;
+use rand::{Rng, SeedableRng};
+use std::ffi::{CStr, CString};
+use std::time::Instant;
+use tandem_graph::ElemType;
+
+const ROTATION_BYTES: usize = 512 << 20;
+const MAX_COPIES: usize = 64;
+const NMSE_LIMIT: f64 = 5e-4;
+
+struct Args {
+    load: Vec<String>,
+    devices: Vec<String>,
+    runs: usize,
+    filter: Vec<String>,
+    list: bool,
+    json: bool,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        load: Vec::new(),
+        devices: Vec::new(),
+        runs: 30,
+        filter: Vec::new(),
+        list: false,
+        json: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or(format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--load" => a.load.push(value()?),
+            "--devices" => a.devices = value()?.split(',').map(str::to_string).collect(),
+            "--runs" => a.runs = value()?.parse().map_err(|e| format!("--runs: {e}"))?,
+            "--filter" => a.filter = value()?.split(',').map(str::to_string).collect(),
+            "--list" => a.list = true,
+            "--json" => a.json = true,
+            other => return Err(format!("unknown flag {other}")),
+        }
+    }
+    if a.runs < 1 {
+        return Err("--runs must be positive".into());
+    }
+    if a.devices.is_empty() && !a.list {
+        return Err("--devices names the ggml devices to compare (e.g. TANDEM0,CUDA0)".into());
+    }
+    Ok(a)
+}
+
+/// One benchmark case: `ggml_mul_mat` of a [k, m] weight and [k, n] f32 activations, or
+/// `ggml_mul_mat_id` of [k, m, experts] experts with `used` of them per token over n tokens.
+#[derive(Clone, Copy)]
+struct Case {
+    ty: ElemType,
+    m: usize,
+    k: usize,
+    n: usize,
+    /// (experts, used per token) for MUL_MAT_ID.
+    moe: Option<(usize, usize)>,
+}
+
+impl Case {
+    fn name(&self) -> String {
+        match self.moe {
+            None => format!("MUL_MAT {} m={} k={} n={}", self.ty.name(), self.m, self.k, self.n),
+            Some((e, u)) => format!(
+                "MUL_MAT_ID {} experts={e} used={u} m={} k={} n={}",
+                self.ty.name(),
+                self.m,
+                self.k,
+                self.n
+            ),
+        }
+    }
+
+    fn weight_rows(&self) -> usize {
+        self.m * self.moe.map_or(1, |(e, _)| e)
+    }
+
+    fn out_len(&self) -> usize {
+        self.m * self.n * self.moe.map_or(1, |(_, u)| u)
+    }
+}
+
+/// The benchmark shapes: decode GEMVs of a 4096 × 14336 FFN matrix, narrow GEMVs, batched
+/// decode, prefill of 512 tokens, and a 128-expert top-8 MoE layer.
+fn cases() -> Vec<Case> {
+    let mm = |ty, m, k, n| Case { ty, m, k, n, moe: None };
+    let mut v = Vec::new();
+    for ty in [
+        ElemType::F16,
+        ElemType::Q8_0,
+        ElemType::Q4_0,
+        ElemType::Q4K,
+        ElemType::Q6K,
+    ] {
+        v.push(mm(ty, 14336, 4096, 1));
+    }
+    for m in [1024, 2048, 3072, 4096] {
+        v.push(mm(ElemType::Q4_0, m, 4096, 1));
+    }
+    for ty in [ElemType::Q4_0, ElemType::Q4K] {
+        v.push(mm(ty, 14336, 4096, 8));
+    }
+    for ty in [ElemType::F16, ElemType::Q8_0, ElemType::Q4_0, ElemType::Q4K] {
+        v.push(mm(ty, 14336, 4096, 512));
+    }
+    for n in [1, 512] {
+        v.push(Case {
+            ty: ElemType::Q4_0,
+            m: 768,
+            k: 2048,
+            n,
+            moe: Some((128, 8)),
+        });
+    }
+    v
+}
+
+/// `rows` rows of `k` values in `ty`, as ggml quantizes (or converts) them.
+fn ggml_quantize(ty: ElemType, x: &[f32], k: usize, rows: usize) -> Result<Vec<u8>, String> {
+    let row = ty
+        .row_size(k as i64)
+        .ok_or(format!("{} rows of {k} values", ty.name()))?;
+    let mut out = vec![0u8; row * rows];
+    // SAFETY: x holds rows × k floats and out exactly rows quantized rows; no importance matrix.
+    let n = unsafe {
+        g::ggml_quantize_init(ty.ggml_id());
+        g::ggml_quantize_chunk(
+            ty.ggml_id(),
+            x.as_ptr(),
+            out.as_mut_ptr().cast(),
+            0,
+            rows as i64,
+            k as i64,
+            std::ptr::null(),
+        )
+    };
+    if n != out.len() {
+        return Err(format!("ggml_quantize_chunk wrote {n} bytes, expected {}", out.len()));
+    }
+    Ok(out)
+}
+
+/// Host data of a case, shared by every device.
+struct Inputs {
+    weights: Vec<u8>,
+    x: Vec<f32>,
+    ids: Vec<i32>,
+}
+
+fn inputs(c: &Case) -> Result<Inputs, String> {
+    let mut rng = rand_pcg::Pcg64::seed_from_u64(7);
+    let w: Vec<f32> = (0..c.weight_rows() * c.k)
+        .map(|_| rng.random_range(-1.0f32..1.0))
+        .collect();
+    let weights = ggml_quantize(c.ty, &w, c.k, c.weight_rows())?;
+    let x: Vec<f32> = (0..c.k * c.n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+    let mut ids = Vec::new();
+    if let Some((experts, used)) = c.moe {
+        for _ in 0..c.n {
+            let mut picked: Vec<i32> = Vec::with_capacity(used);
+            while picked.len() < used {
+                let e = rng.random_range(0..experts as i32);
+                if !picked.contains(&e) {
+                    picked.push(e);
+                }
+            }
+            ids.extend(picked);
+        }
+    }
+    Ok(Inputs { weights, x, ids })
+}
+
+/// The weight bytes one node reads: all of them, or for MUL_MAT_ID the experts its tokens use.
+fn bytes_read(c: &Case, inp: &Inputs) -> usize {
+    match c.moe {
+        None => inp.weights.len(),
+        Some((experts, _)) => {
+            let mut seen = vec![false; experts];
+            for &e in &inp.ids {
+                seen[e as usize] = true;
+            }
+            inp.weights.len() / experts * seen.iter().filter(|s| **s).count()
+        }
+    }
+}
+
+/// A graph of `copies` nodes of one case on one device, its tensors in the device's buffer.
+struct Bench {
+    ctx: *mut g::ggml_context,
+    backend: g::ggml_backend_t,
+    buffer: g::ggml_backend_buffer_t,
+    graph: *mut g::ggml_cgraph,
+    first_out: *mut g::ggml_tensor,
+}
+
+impl Bench {
+    fn new(dev_name: &str, c: &Case, inp: &Inputs, copies: usize) -> Result<Bench, String> {
+        let cname = CString::new(dev_name).map_err(|e| e.to_string())?;
+        // SAFETY: plain ggml API use: a no-alloc context of tensor headers and a graph, the
+        // tensors allocated in one buffer of the device's backend, data copied in with sizes
+        // equal to the tensors' (checked by ggml_backend_tensor_set's own assertions too).
+        unsafe {
+            let dev = g::ggml_backend_dev_by_name(cname.as_ptr());
+            if dev.is_null() {
+                return Err(format!("no ggml device named {dev_name} (see --list)"));
+            }
+            let params = g::ggml_init_params {
+                mem_size: (2 * copies + 8) * g::ggml_tensor_overhead()
+                    + g::ggml_graph_overhead_custom(2 * copies + 8, false),
+                mem_buffer: std::ptr::null_mut(),
+                no_alloc: true,
+            };
+            let ctx = g::ggml_init(params);
+            if ctx.is_null() {
+                return Err("ggml_init failed".into());
+            }
+            let backend = g::ggml_backend_dev_init(dev, std::ptr::null());
+            if backend.is_null() {
+                g::ggml_free(ctx);
+                return Err(format!("ggml_backend_dev_init({dev_name}) failed"));
+            }
+            if dev_name == "CPU" {
+                let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+                g::ggml_backend_cpu_set_n_threads(backend, threads as i32);
+            }
+            let (k, m, n) = (c.k as i64, c.m as i64, c.n as i64);
+            let f32_id = ElemType::F32.ggml_id();
+            let mut weights = Vec::with_capacity(copies);
+            let (x, ids) = match c.moe {
+                None => (g::ggml_new_tensor_2d(ctx, f32_id, k, n), None),
+                Some((_, used)) => (
+                    g::ggml_new_tensor_3d(ctx, f32_id, k, 1, n),
+                    Some(g::ggml_new_tensor_2d(ctx, ElemType::I32.ggml_id(), used as i64, n)),
+                ),
+            };
+            let graph = g::ggml_new_graph_custom(ctx, 2 * copies + 8, false);
+            let mut first_out = std::ptr::null_mut();
+            for i in 0..copies {
+                let (w, out) = match (c.moe, ids) {
+                    (Some((experts, _)), Some(ids)) => {
+                        let w = g::ggml_new_tensor_3d(ctx, c.ty.ggml_id(), k, m, experts as i64);
+                        (w, g::ggml_mul_mat_id(ctx, w, x, ids))
+                    }
+                    _ => {
+                        let w = g::ggml_new_tensor_2d(ctx, c.ty.ggml_id(), k, m);
+                        (w, g::ggml_mul_mat(ctx, w, x))
+                    }
+                };
+                weights.push(w);
+                if i == 0 {
+                    first_out = out;
+                }
+                g::ggml_build_forward_expand(graph, out);
+            }
+            let buffer = g::ggml_backend_alloc_ctx_tensors(ctx, backend);
+            if buffer.is_null() {
+                g::ggml_backend_free(backend);
+                g::ggml_free(ctx);
+                return Err(format!(
+                    "{dev_name}: allocating {copies} copies of {} weight bytes failed",
+                    inp.weights.len()
+                ));
+            }
+            for &w in &weights {
+                g::ggml_backend_tensor_set(w, inp.weights.as_ptr().cast(), 0, inp.weights.len());
+            }
+            g::ggml_backend_tensor_set(x, inp.x.as_ptr().cast(), 0, 4 * inp.x.len());
+            if let Some(ids) = ids {
+                g::ggml_backend_tensor_set(ids, inp.ids.as_ptr().cast(), 0, 4 * inp.ids.len());
+            }
+            Ok(Bench {
+                ctx,
+                backend,
+                buffer,
+                graph,
+                first_out,
+            })
+        }
+    }
+
+    fn compute(&self) -> Result<(), String> {
+        // SAFETY: the graph, its tensors and the backend were built in new() and are alive.
+        let status = unsafe { g::ggml_backend_graph_compute(self.backend, self.graph) };
+        if status == g::GGML_STATUS_SUCCESS {
+            Ok(())
+        } else {
+            Err(format!("ggml_backend_graph_compute returned status {status}"))
+        }
+    }
+
+    fn first_output(&self, len: usize) -> Vec<f32> {
+        let mut v = vec![0f32; len];
+        // SAFETY: the first node's output holds len f32 (Case::out_len).
+        unsafe { g::ggml_backend_tensor_get(self.first_out, v.as_mut_ptr().cast(), 0, 4 * len) };
+        v
+    }
+}
+
+impl Drop for Bench {
+    fn drop(&mut self) {
+        // SAFETY: each handle was created in new() and is freed once.
+        unsafe {
+            g::ggml_backend_buffer_free(self.buffer);
+            g::ggml_backend_free(self.backend);
+            g::ggml_free(self.ctx);
+        }
+    }
+}
+
+fn nmse(reference: &[f32], x: &[f32]) -> f64 {
+    let mut err = 0.0f64;
+    let mut norm = 0.0f64;
+    for (a, b) in reference.iter().zip(x) {
+        err += (*a as f64 - *b as f64).powi(2);
+        norm += (*a as f64).powi(2);
+    }
+    if x.iter().any(|v| !v.is_finite()) {
+        return f64::NAN;
+    }
+    err / norm
+}
+
+struct DeviceResult {
+    device: String,
+    us_median: f64,
+    us_min: f64,
+    nmse: f64,
+}
+
+struct CaseResult {
+    name: String,
+    weight_bytes: usize,
+    read_bytes: usize,
+    copies: usize,
+    results: Vec<DeviceResult>,
+}
+
+fn run_case(args: &Args, c: &Case) -> Result<CaseResult, String> {
+    let name = c.name();
+    let inp = inputs(c)?;
+    let copies = ROTATION_BYTES.div_ceil(inp.weights.len()).clamp(2, MAX_COPIES);
+    let reference = {
+        let b = Bench::new("CPU", c, &inp, 1).map_err(|e| format!("{name}: reference: {e}"))?;
+        b.compute().map_err(|e| format!("{name}: reference on CPU: {e}"))?;
+        b.first_output(c.out_len())
+    };
+    let mut results = Vec::new();
+    for dev in &args.devices {
+        let b = Bench::new(dev, c, &inp, copies).map_err(|e| format!("{name}: {e}"))?;
+        for _ in 0..2 {
+            b.compute().map_err(|e| format!("{name} on {dev}: {e}"))?;
+        }
+        let mut us = Vec::with_capacity(args.runs);
+        for _ in 0..args.runs {
+            let t = Instant::now();
+            b.compute().map_err(|e| format!("{name} on {dev}: {e}"))?;
+            us.push(t.elapsed().as_secs_f64() * 1e6 / copies as f64);
+        }
+        us.sort_by(f64::total_cmp);
+        let out = b.first_output(c.out_len());
+        results.push(DeviceResult {
+            device: dev.clone(),
+            us_median: us[us.len() / 2],
+            us_min: us[0],
+            nmse: nmse(&reference, &out),
+        });
+        eprintln!(
+            "backend_matmul_peer: {name} on {dev}: {:.1} µs per node (median of {}, {copies} nodes per graph)",
+            us[us.len() / 2],
+            args.runs
+        );
+    }
+    Ok(CaseResult {
+        name,
+        weight_bytes: inp.weights.len(),
+        read_bytes: bytes_read(c, &inp),
+        copies,
+        results,
+    })
+}
+
+fn list_devices() {
+    // SAFETY: registry enumeration; the names are NUL-terminated strings owned by ggml.
+    unsafe {
+        for i in 0..g::ggml_backend_dev_count() {
+            let d = g::ggml_backend_dev_get(i);
+            println!(
+                "{}: {}",
+                CStr::from_ptr(g::ggml_backend_dev_name(d)).to_string_lossy(),
+                CStr::from_ptr(g::ggml_backend_dev_description(d)).to_string_lossy()
+            );
+        }
+    }
+}
+
+fn main() {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("backend_matmul_peer: {e}");
+            std::process::exit(2);
+        }
+    };
+    for lib in &args.load {
+        let p = CString::new(lib.as_str()).unwrap_or_default();
+        // SAFETY: ggml's loader with a NUL-terminated path; the registration it returns is owned
+        // by ggml's registry for the life of the process.
+        if unsafe { g::ggml_backend_load(p.as_ptr()) }.is_null() {
+            eprintln!("backend_matmul_peer: ggml_backend_load({lib}) returned NULL (ggml's log above says why)");
+            std::process::exit(1);
+        }
+    }
+    if args.list {
+        list_devices();
+        return;
+    }
+    let chosen: Vec<Case> = cases()
+        .into_iter()
+        .filter(|c| args.filter.is_empty() || args.filter.iter().any(|f| c.name().contains(f.as_str())))
+        .collect();
+    if chosen.is_empty() {
+        eprintln!(
+            "backend_matmul_peer: no case matches --filter {}",
+            args.filter.join(",")
+        );
+        std::process::exit(1);
+    }
+    let mut done = Vec::new();
+    for c in &chosen {
+        match run_case(&args, c) {
+            Ok(r) => done.push(r),
+            Err(e) => {
+                eprintln!("backend_matmul_peer: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+    let gbs = |bytes: usize, us: f64| bytes as f64 / (us * 1e-6) / 1e9;
+    if args.json {
+        let items: Vec<String> = done
+            .iter()
+            .map(|r| {
+                let per: Vec<String> = r
+                    .results
+                    .iter()
+                    .map(|d| {
+                        // JSON has no NaN: a non-finite NMSE is written as null.
+                        let nmse = if d.nmse.is_finite() { format!("{:.3e}", d.nmse) } else { "null".into() };
+                        format!(
+                            "{{\"device\":\"{}\",\"us_median\":{:.3},\"us_min\":{:.3},\"read_gbs\":{:.1},\"nmse\":{nmse}}}",
+                            d.device,
+                            d.us_median,
+                            d.us_min,
+                            gbs(r.read_bytes, d.us_median),
+                        )
+                    })
+                    .collect();
+                format!(
+                    "{{\"case\":\"{}\",\"weight_bytes\":{},\"read_bytes\":{},\"copies\":{},\"results\":[{}]}}",
+                    r.name,
+                    r.weight_bytes,
+                    r.read_bytes,
+                    r.copies,
+                    per.join(",")
+                )
+            })
+            .collect();
+        println!(
+            "{{\"tool\":\"backend_matmul_peer\",\"runs\":{},\"devices\":[{}],\"cases\":[{}]}}",
+            args.runs,
+            args.devices
+                .iter()
+                .map(|d| format!("\"{d}\""))
+                .collect::<Vec<_>>()
+                .join(","),
+            items.join(",")
+        );
+    } else {
+        let first = &args.devices[0];
+        println!(
+            "µs per node, median of {} graphs (each node on its own weight copy); last column: each other device's time over {first}'s",
+            args.runs
+        );
+        for r in &done {
+            let base = r.results[0].us_median;
+            let per: Vec<String> = r
+                .results
+                .iter()
+                .map(|d| {
+                    format!(
+                        "{} {:.1} ({:.2} TB/s, nmse {:.1e})",
+                        d.device,
+                        d.us_median,
+                        gbs(r.read_bytes, d.us_median) / 1e3,
+                        d.nmse
+                    )
+                })
+                .collect();
+            let ratios: Vec<String> = r.results[1..]
+                .iter()
+                .map(|d| format!("{:.2}x", d.us_median / base))
+                .collect();
+            println!("{:<58} {}  {}", r.name, per.join("  "), ratios.join(" "));
+        }
+    }
+    let bad: Vec<String> = done
+        .iter()
+        .flat_map(|r| {
+            r.results
+                .iter()
+                .filter(|d| d.nmse.is_nan() || d.nmse > NMSE_LIMIT)
+                .map(move |d| format!("{} on {} (nmse {:.3e})", r.name, d.device, d.nmse))
+        })
+        .collect();
+    if !bad.is_empty() {
+        eprintln!(
+            "backend_matmul_peer: {} result(s) differ from ggml CPU beyond NMSE {NMSE_LIMIT:e}: {}",
+            bad.len(),
+            bad.join("; ")
+        );
+        std::process::exit(1);
+    }
+}
