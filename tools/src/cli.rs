@@ -65,6 +65,18 @@ pub enum Command {
         #[arg(long)]
         svg: Option<std::path::PathBuf>,
     },
+    /// Writes a markdown table and an SVG chart from the JSON of `backend_matmul_peer --json`
+    /// (tandem's device against another ggml backend in one process; scripts/gpu-peer.sh).
+    PeerReport {
+        /// The peer harness's JSON.
+        peer: std::path::PathBuf,
+        /// Where the markdown goes (default: stdout).
+        #[arg(long)]
+        md: Option<std::path::PathBuf>,
+        /// Where the SVG chart goes (default: none).
+        #[arg(long)]
+        svg: Option<std::path::PathBuf>,
+    },
     /// Shows which op × type combinations the device claims.
     Support {
         #[arg(short = 'd', long)]

@@ -8,6 +8,7 @@ mod compare;
 mod data;
 mod info;
 mod kernels;
+mod peer_report;
 mod perf;
 mod report;
 mod run;
@@ -68,6 +69,7 @@ fn dispatch(cmd: Command) -> Result<bool, String> {
         Command::PerfReport { perf, torch, md, svg } => {
             report::perf_report(&perf, torch.as_deref(), md.as_deref(), svg.as_deref())
         }
+        Command::PeerReport { peer, md, svg } => peer_report::peer_report(&peer, md.as_deref(), svg.as_deref()),
         Command::Support { device, ops } => {
             let dev = common::pick_device(device.as_deref())?;
             Ok(support::support(&dev, &common::parse_ops(ops.as_deref())?))
