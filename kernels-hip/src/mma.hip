@@ -1761,6 +1761,10 @@ TANDEM_DEVICE void tandem_mma_f16_tile(const char* w, const u16* xh, char* dst, 
 // Shared-memory matrix descriptor of a K-major tile with the 128-byte swizzle at p: start
 // address / 16 (bits 0-13), leading offset 16 bytes (bits 16-29; unused by this layout), 1024
 // bytes between groups of eight rows (bits 32-45), swizzle mode 1 = 128 bytes (bits 62-63).
+// This thread's warpgroup (128 threads), taken from lane 0 by a shuffle: the compiler then knows
+// it is the same on every lane of a warp and keeps what is made from it (the mma descriptors) in
+// uniform registers, rather than making it per thread and moving it there before every mma.
+TANDEM_DEVICE int tandem_warpgroup() { return __shfl((int)threadIdx.x / 128, 0); }
 TANDEM_DEVICE u64 tandem_wgmma_desc(const u8* p) {
     const u64 a = tandem_smem_addr(p);
     return ((a & 0x3ffffu) >> 4) | (1ull << 16) | ((u64)(1024 >> 4) << 32) | (1ull << 62);
@@ -2016,7 +2020,7 @@ TANDEM_DEVICE void tandem_wgmma_f16_tile(const char* w, const u16* xh, char* dst
     float acc[TANDEM_WGMMA_BN / 2];
 #pragma unroll
     for (int i = 0; i < TANDEM_WGMMA_BN / 2; ++i) acc[i] = 0.0f;
-    const int g = threadIdx.x / 128;
+    const int g = tandem_warpgroup();
     for (i64 st = 0; st < steps; ++st) {
         tandem_cp_wait<TANDEM_WGMMA_STAGES - 3>();
         tandem_wgmma_proxy_fence();
@@ -2185,7 +2189,7 @@ TANDEM_DEVICE void tandem_wgmma_quant_tile(const char* w, const u16* xh, char* d
     float acc[TANDEM_WGMMA_BN / 2];
 #pragma unroll
     for (int i = 0; i < TANDEM_WGMMA_BN / 2; ++i) acc[i] = 0.0f;
-    const int g = threadIdx.x / 128;
+    const int g = tandem_warpgroup();
     for (i64 st = 0; st < steps; ++st) {
         tandem_cp_wait<TANDEM_WGMMA_QSTAGES - 3>();
         tandem_wgmma_proxy_fence();
@@ -2349,7 +2353,7 @@ struct tandem_wgmmq_copies {
         phase0 = L::SB ? (int)(st0 & 1) : (int)((u64)w & 15u);
     }
     // The activation rows of step st into `act`.
-    __device__ void acts(u8* act, i64 st) const {
+    __device__ void acts(u8* act, int st) const {
         const int t = threadIdx.x;
         const u32 at = tandem_smem_addr(act) + tandem_wgmma_at(t / 8, t % 8);
 #pragma unroll
@@ -2360,18 +2364,19 @@ struct tandem_wgmmq_copies {
     }
     // Where row t / 4's step st starts in its staged row: 0 or 8 (steps are 8-byte aligned;
     // superblocks 0).
-    __device__ int lead(i64 st) const {
+    __device__ int lead(int st) const {
         if (L::SB) return 0;
-        return L::RAW_ROW % 16 ? phase0 ^ (((int)st & 1) << 3) : phase0;
+        return L::RAW_ROW % 16 ? phase0 ^ ((st & 1) << 3) : phase0;
     }
     // Superblocks: the first of step st's four groups in its superblock (0 or 4).
-    __device__ int group0(i64 st) const { return L::SB ? 4 * ((phase0 + (int)st) & 1) : 0; }
-    // Bytes from w to the start of step st's staged units.
-    __device__ i64 offset(i64 st) const {
-        return L::SB ? (i64)((phase0 + st) >> 1) * L::RAW_ROW : st * L::RAW_ROW - lead(st);
+    __device__ int group0(int st) const { return L::SB ? 4 * ((phase0 + st) & 1) : 0; }
+    // Bytes from w to the start of step st's staged units: 8 before w where step 0 starts 8 bytes
+    // into its unit (a row's raw steps are far shorter than 2^31 bytes).
+    __device__ int offset(int st) const {
+        return L::SB ? ((phase0 + st) >> 1) * L::RAW_ROW : st * L::RAW_ROW - lead(st);
     }
     // The pairs and raw weight blocks of step st into `pairs` and `raw`.
-    __device__ void blocks(u8* pairs, u8* raw, i64 st) const {
+    __device__ void blocks(u8* pairs, u8* raw, int st) const {
         const int t = threadIdx.x, u0 = t % 4;
         const bool dok = (in >> 2) & 1u;
         tandem_cp8(pairs + ((t % 4) * TANDEM_WGMMQ_BN + t / 4) * 8,
@@ -2496,14 +2501,14 @@ TANDEM_DEVICE void tandem_wgmmq_tile(u8* base, const u8* wb, i64 nb01, i64 m, i6
     static_assert(TANDEM_WGMMQ_STAGES >= 3, "steps in flight beside the one in use");
     const tandem_wgmmq_copies<T> cp(aq, ads, k, st0, cols(), wb + row0 * nb01, nb01, m - row0);
     u8* stages = base + L::STAGES_AT;
-    const i64 steps = st1 - st0;
+    const int steps = (int)(st1 - st0);
     // Stage j % STAGES: activation rows, pairs and raw blocks of step j.
-    auto act = [&](i64 j) { return stages + (int)(j % TANDEM_WGMMQ_STAGES) * L::STAGE; };
-    auto pairs = [&](i64 j) { return act(j) + TANDEM_WGMMQ_TILE; };
-    auto raw = [&](i64 j) { return pairs(j) + L::PAIRS; };
-    auto tile = [&](i64 j) { return base + (int)(j & 1) * TANDEM_WGMMQ_TILE; };
-    auto scales = [&](i64 j) { return (float*)(base + 2 * TANDEM_WGMMQ_TILE + (int)(j & 1) * L::SCALES); };
-    auto acts = [&](i64 j) { return (float*)(base + 2 * TANDEM_WGMMQ_TILE + 2 * L::SCALES + (int)(j & 1) * L::ACTS); };
+    auto act = [&](int j) { return stages + (j % TANDEM_WGMMQ_STAGES) * L::STAGE; };
+    auto pairs = [&](int j) { return act(j) + TANDEM_WGMMQ_TILE; };
+    auto raw = [&](int j) { return pairs(j) + L::PAIRS; };
+    auto tile = [&](int j) { return base + (j & 1) * TANDEM_WGMMQ_TILE; };
+    auto scales = [&](int j) { return (float*)(base + 2 * TANDEM_WGMMQ_TILE + (j & 1) * L::SCALES); };
+    auto acts = [&](int j) { return (float*)(base + 2 * TANDEM_WGMMQ_TILE + 2 * L::SCALES + (j & 1) * L::ACTS); };
     cp.blocks(pairs(0), raw(0), 0);
 #pragma unroll
     for (int j = 0; j < TANDEM_WGMMQ_STAGES - 1; ++j) {
@@ -2518,9 +2523,9 @@ TANDEM_DEVICE void tandem_wgmmq_tile(u8* base, const u8* wb, i64 nb01, i64 m, i6
     int lo[16], hi[16];
 #pragma unroll
     for (int i = 0; i < 32; ++i) acc[i] = 0.0f;
-    const int wg = threadIdx.x / 128, i = threadIdx.x % 128;
+    const int wg = tandem_warpgroup(), i = threadIdx.x % 128;
     const int a0 = 64 * (wg % 2) + 16 * (i / 32) + (i % 32) / 4, q = i % 4;
-    for (i64 st = 0; st < steps; ++st) {
+    for (int st = 0; st < steps; ++st) {
         tandem_cp_wait<TANDEM_WGMMQ_STAGES - 2>();
         tandem_wgmma_proxy_fence();
         // Group st is in for every thread (activation rows of step st; pairs and raw blocks of
@@ -2538,7 +2543,7 @@ TANDEM_DEVICE void tandem_wgmmq_tile(u8* base, const u8* wb, i64 nb01, i64 m, i6
         const float* av = acts(st);
         const float4 d0 = *(const float4*)(av + 4 * a0), d1 = *(const float4*)(av + 4 * (a0 + 8));
         const float4 n0 = *(const float4*)(av + L::ACT + 4 * a0), n1 = *(const float4*)(av + L::ACT + 4 * (a0 + 8));
-        const i64 next = st + TANDEM_WGMMQ_STAGES - 1;
+        const int next = st + TANDEM_WGMMQ_STAGES - 1;
         if (next < steps) cp.acts(act(next), next);
         if (next + 1 < steps) cp.blocks(pairs(next + 1), raw(next + 1), next + 1);
         tandem_cp_commit();
