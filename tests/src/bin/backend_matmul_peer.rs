@@ -27,6 +27,7 @@ use rand::{Rng, SeedableRng};
 use std::ffi::{CStr, CString};
 use std::time::Instant;
 use tandem_graph::ElemType;
+use tandem_tests::ggml::{quantize, DeviceGraph};
 
 const ROTATION_BYTES: usize = 512 << 20;
 const MAX_COPIES: usize = 64;
@@ -108,7 +109,8 @@ impl Case {
 }
 
 /// The benchmark shapes: decode GEMVs of a 4096 × 14336 FFN matrix, narrow GEMVs, batched
-/// decode, prefill of 512 tokens, and a 128-expert top-8 MoE layer.
+/// decode, prefill of 512 tokens, and a 128-expert top-8 MoE layer; shapes of `tandem perf-ops`'
+/// (tools/src/cases/perf.rs), so that the two tools' figures can be set side by side.
 fn cases() -> Vec<Case> {
     let mm = |ty, m, k, n| Case { ty, m, k, n, moe: None };
     let mut v = Vec::new();
@@ -142,31 +144,6 @@ fn cases() -> Vec<Case> {
     v
 }
 
-/// `rows` rows of `k` values in `ty`, as ggml quantizes (or converts) them.
-fn ggml_quantize(ty: ElemType, x: &[f32], k: usize, rows: usize) -> Result<Vec<u8>, String> {
-    let row = ty
-        .row_size(k as i64)
-        .ok_or(format!("{} rows of {k} values", ty.name()))?;
-    let mut out = vec![0u8; row * rows];
-    // SAFETY: x holds rows × k floats and out exactly rows quantized rows; no importance matrix.
-    let n = unsafe {
-        g::ggml_quantize_init(ty.ggml_id());
-        g::ggml_quantize_chunk(
-            ty.ggml_id(),
-            x.as_ptr(),
-            out.as_mut_ptr().cast(),
-            0,
-            rows as i64,
-            k as i64,
-            std::ptr::null(),
-        )
-    };
-    if n != out.len() {
-        return Err(format!("ggml_quantize_chunk wrote {n} bytes, expected {}", out.len()));
-    }
-    Ok(out)
-}
-
 /// Host data of a case, shared by every device.
 struct Inputs {
     weights: Vec<u8>,
@@ -179,7 +156,7 @@ fn inputs(c: &Case) -> Result<Inputs, String> {
     let w: Vec<f32> = (0..c.weight_rows() * c.k)
         .map(|_| rng.random_range(-1.0f32..1.0))
         .collect();
-    let weights = ggml_quantize(c.ty, &w, c.k, c.weight_rows())?;
+    let weights = quantize(c.ty, &w, c.k, c.weight_rows())?;
     let x: Vec<f32> = (0..c.k * c.n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
     let mut ids = Vec::new();
     if let Some((experts, used)) = c.moe {
@@ -213,124 +190,66 @@ fn bytes_read(c: &Case, inp: &Inputs) -> usize {
 
 /// A graph of `copies` nodes of one case on one device, its tensors in the device's buffer.
 struct Bench {
-    ctx: *mut g::ggml_context,
-    backend: g::ggml_backend_t,
-    buffer: g::ggml_backend_buffer_t,
-    graph: *mut g::ggml_cgraph,
+    graph: DeviceGraph,
     first_out: *mut g::ggml_tensor,
 }
 
 impl Bench {
     fn new(dev_name: &str, c: &Case, inp: &Inputs, copies: usize) -> Result<Bench, String> {
-        let cname = CString::new(dev_name).map_err(|e| e.to_string())?;
-        // SAFETY: plain ggml API use: a no-alloc context of tensor headers and a graph, the
-        // tensors allocated in one buffer of the device's backend, data copied in with sizes
-        // equal to the tensors' (checked by ggml_backend_tensor_set's own assertions too).
+        let (k, m, n) = (c.k as i64, c.m as i64, c.n as i64);
+        let f32_id = ElemType::F32.ggml_id();
+        let mut weights = Vec::with_capacity(copies);
+        let (mut x, mut ids, mut first_out) = (std::ptr::null_mut(), None, std::ptr::null_mut());
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // SAFETY: the closure only creates tensors in the context and expands the graph; the
+        // data copied in below has each tensor's size (weights: the quantized rows of all copies'
+        // shape; x: k × n f32; ids: used × n i32).
         unsafe {
-            let dev = g::ggml_backend_dev_by_name(cname.as_ptr());
-            if dev.is_null() {
-                return Err(format!("no ggml device named {dev_name} (see --list)"));
-            }
-            let params = g::ggml_init_params {
-                mem_size: (2 * copies + 8) * g::ggml_tensor_overhead()
-                    + g::ggml_graph_overhead_custom(2 * copies + 8, false),
-                mem_buffer: std::ptr::null_mut(),
-                no_alloc: true,
-            };
-            let ctx = g::ggml_init(params);
-            if ctx.is_null() {
-                return Err("ggml_init failed".into());
-            }
-            let backend = g::ggml_backend_dev_init(dev, std::ptr::null());
-            if backend.is_null() {
-                g::ggml_free(ctx);
-                return Err(format!("ggml_backend_dev_init({dev_name}) failed"));
-            }
-            if dev_name == "CPU" {
-                let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-                g::ggml_backend_cpu_set_n_threads(backend, threads as i32);
-            }
-            let (k, m, n) = (c.k as i64, c.m as i64, c.n as i64);
-            let f32_id = ElemType::F32.ggml_id();
-            let mut weights = Vec::with_capacity(copies);
-            let (x, ids) = match c.moe {
-                None => (g::ggml_new_tensor_2d(ctx, f32_id, k, n), None),
-                Some((_, used)) => (
-                    g::ggml_new_tensor_3d(ctx, f32_id, k, 1, n),
-                    Some(g::ggml_new_tensor_2d(ctx, ElemType::I32.ggml_id(), used as i64, n)),
-                ),
-            };
-            let graph = g::ggml_new_graph_custom(ctx, 2 * copies + 8, false);
-            let mut first_out = std::ptr::null_mut();
-            for i in 0..copies {
-                let (w, out) = match (c.moe, ids) {
-                    (Some((experts, _)), Some(ids)) => {
-                        let w = g::ggml_new_tensor_3d(ctx, c.ty.ggml_id(), k, m, experts as i64);
-                        (w, g::ggml_mul_mat_id(ctx, w, x, ids))
-                    }
-                    _ => {
-                        let w = g::ggml_new_tensor_2d(ctx, c.ty.ggml_id(), k, m);
-                        (w, g::ggml_mul_mat(ctx, w, x))
+            let graph = DeviceGraph::new(dev_name, 2 * copies + 8, threads, |ctx, gf| {
+                x = match c.moe {
+                    None => g::ggml_new_tensor_2d(ctx, f32_id, k, n),
+                    Some((_, used)) => {
+                        ids = Some(g::ggml_new_tensor_2d(ctx, ElemType::I32.ggml_id(), used as i64, n));
+                        g::ggml_new_tensor_3d(ctx, f32_id, k, 1, n)
                     }
                 };
-                weights.push(w);
-                if i == 0 {
-                    first_out = out;
+                for i in 0..copies {
+                    let (w, out) = match (c.moe, ids) {
+                        (Some((experts, _)), Some(ids)) => {
+                            let w = g::ggml_new_tensor_3d(ctx, c.ty.ggml_id(), k, m, experts as i64);
+                            (w, g::ggml_mul_mat_id(ctx, w, x, ids))
+                        }
+                        _ => {
+                            let w = g::ggml_new_tensor_2d(ctx, c.ty.ggml_id(), k, m);
+                            (w, g::ggml_mul_mat(ctx, w, x))
+                        }
+                    };
+                    weights.push(w);
+                    if i == 0 {
+                        first_out = out;
+                    }
+                    g::ggml_build_forward_expand(gf, out);
                 }
-                g::ggml_build_forward_expand(graph, out);
-            }
-            let buffer = g::ggml_backend_alloc_ctx_tensors(ctx, backend);
-            if buffer.is_null() {
-                g::ggml_backend_free(backend);
-                g::ggml_free(ctx);
-                return Err(format!(
-                    "{dev_name}: allocating {copies} copies of {} weight bytes failed",
-                    inp.weights.len()
-                ));
-            }
-            for &w in &weights {
-                g::ggml_backend_tensor_set(w, inp.weights.as_ptr().cast(), 0, inp.weights.len());
-            }
-            g::ggml_backend_tensor_set(x, inp.x.as_ptr().cast(), 0, 4 * inp.x.len());
-            if let Some(ids) = ids {
-                g::ggml_backend_tensor_set(ids, inp.ids.as_ptr().cast(), 0, 4 * inp.ids.len());
-            }
-            Ok(Bench {
-                ctx,
-                backend,
-                buffer,
-                graph,
-                first_out,
             })
+            .map_err(|e| format!("{e} ({copies} copies of {} weight bytes)", inp.weights.len()))?;
+            for &w in &weights {
+                graph.set(w, &inp.weights);
+            }
+            graph.set(x, &inp.x);
+            if let Some(ids) = ids {
+                graph.set(ids, &inp.ids);
+            }
+            Ok(Bench { graph, first_out })
         }
     }
 
     fn compute(&self) -> Result<(), String> {
-        // SAFETY: the graph, its tensors and the backend were built in new() and are alive.
-        let status = unsafe { g::ggml_backend_graph_compute(self.backend, self.graph) };
-        if status == g::GGML_STATUS_SUCCESS {
-            Ok(())
-        } else {
-            Err(format!("ggml_backend_graph_compute returned status {status}"))
-        }
+        self.graph.compute()
     }
 
     fn first_output(&self, len: usize) -> Vec<f32> {
-        let mut v = vec![0f32; len];
-        // SAFETY: the first node's output holds len f32 (Case::out_len).
-        unsafe { g::ggml_backend_tensor_get(self.first_out, v.as_mut_ptr().cast(), 0, 4 * len) };
-        v
-    }
-}
-
-impl Drop for Bench {
-    fn drop(&mut self) {
-        // SAFETY: each handle was created in new() and is freed once.
-        unsafe {
-            g::ggml_backend_buffer_free(self.buffer);
-            g::ggml_backend_free(self.backend);
-            g::ggml_free(self.ctx);
-        }
+        // SAFETY: the first node's output is f32 and holds len values (Case::out_len).
+        unsafe { self.graph.get_f32(self.first_out, len) }
     }
 }
 
@@ -440,6 +359,14 @@ fn main() {
     if args.list {
         list_devices();
         return;
+    }
+    for dev in &args.devices {
+        let name = CString::new(dev.as_str()).unwrap_or_default();
+        // SAFETY: a registry lookup with a NUL-terminated name.
+        if unsafe { g::ggml_backend_dev_by_name(name.as_ptr()) }.is_null() {
+            eprintln!("backend_matmul_peer: no ggml device named {dev} (see --list)");
+            std::process::exit(1);
+        }
     }
     let chosen: Vec<Case> = cases()
         .into_iter()

@@ -6,10 +6,10 @@
 
 use llama_cpp_sys_2 as g;
 use rand::{Rng, SeedableRng};
-use std::ffi::CString;
 use std::time::Instant;
 use tandem_graph::{ElemType, Op, Tensor, MAX_SRC};
 use tandem_ops::CpuContext;
+use tandem_tests::ggml::{quantize, DeviceGraph};
 
 struct Args {
     threads: usize,
@@ -119,32 +119,9 @@ fn read_bandwidth(threads: usize) -> f64 {
     best
 }
 
-/// `x` in `ty`, quantized by ggml itself.
-fn ggml_quantize(ty: ElemType, x: &[f32], k: usize, m: usize) -> Vec<u8> {
-    let mut out = vec![0u8; ty.row_size(k as i64).unwrap() * m];
-    // SAFETY: x holds m rows of k floats and out exactly m quantized rows; no importance matrix.
-    unsafe {
-        g::ggml_quantize_init(ty.ggml_id());
-        let n = g::ggml_quantize_chunk(
-            ty.ggml_id(),
-            x.as_ptr(),
-            out.as_mut_ptr().cast(),
-            0,
-            m as i64,
-            k as i64,
-            std::ptr::null(),
-        );
-        assert_eq!(n, out.len(), "ggml_quantize_chunk size");
-    }
-    out
-}
-
-/// ggml's CPU backend computing one `ggml_mul_mat` of a [k, m] weight and a [k, 1] f32 column.
+/// ggml's CPU backend computing one `ggml_mul_mat` of a [k, m] weight and [k, n] f32 columns.
 struct GgmlMulMat {
-    ctx: *mut g::ggml_context,
-    backend: g::ggml_backend_t,
-    buffer: g::ggml_backend_buffer_t,
-    graph: *mut g::ggml_cgraph,
+    graph: DeviceGraph,
     out: *mut g::ggml_tensor,
 }
 
@@ -158,71 +135,29 @@ impl GgmlMulMat {
         x: &[f32],
         threads: usize,
     ) -> Result<GgmlMulMat, String> {
-        // SAFETY: plain ggml API use: a no-alloc context holding three tensor headers and a graph,
-        // tensors allocated in a CPU backend buffer, data copied in with matching sizes.
+        let (mut a, mut b, mut out) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+        // SAFETY: the closure only creates the three tensors and expands the graph; weights and
+        // x hold the sizes of a and b.
         unsafe {
-            let params = g::ggml_init_params {
-                mem_size: 8 * g::ggml_tensor_overhead() + g::ggml_graph_overhead(),
-                mem_buffer: std::ptr::null_mut(),
-                no_alloc: true,
-            };
-            let ctx = g::ggml_init(params);
-            if ctx.is_null() {
-                return Err("ggml_init failed".into());
-            }
-            let a = g::ggml_new_tensor_2d(ctx, ty.ggml_id(), k as i64, m as i64);
-            let b = g::ggml_new_tensor_2d(ctx, ElemType::F32.ggml_id(), k as i64, n as i64);
-            let out = g::ggml_mul_mat(ctx, a, b);
-            let graph = g::ggml_new_graph(ctx);
-            g::ggml_build_forward_expand(graph, out);
-            let name = CString::new("CPU").unwrap();
-            let dev = g::ggml_backend_dev_by_name(name.as_ptr());
-            if dev.is_null() {
-                return Err("ggml has no CPU device".into());
-            }
-            let backend = g::ggml_backend_dev_init(dev, std::ptr::null());
-            if backend.is_null() {
-                return Err("ggml_backend_dev_init(CPU) failed".into());
-            }
-            g::ggml_backend_cpu_set_n_threads(backend, threads as i32);
-            let buffer = g::ggml_backend_alloc_ctx_tensors(ctx, backend);
-            if buffer.is_null() {
-                return Err("ggml_backend_alloc_ctx_tensors failed".into());
-            }
-            g::ggml_backend_tensor_set(a, weights.as_ptr().cast(), 0, weights.len());
-            g::ggml_backend_tensor_set(b, x.as_ptr().cast(), 0, 4 * x.len());
-            Ok(GgmlMulMat {
-                ctx,
-                backend,
-                buffer,
-                graph,
-                out,
-            })
+            let graph = DeviceGraph::new("CPU", 8, threads, |ctx, gf| {
+                a = g::ggml_new_tensor_2d(ctx, ty.ggml_id(), k as i64, m as i64);
+                b = g::ggml_new_tensor_2d(ctx, ElemType::F32.ggml_id(), k as i64, n as i64);
+                out = g::ggml_mul_mat(ctx, a, b);
+                g::ggml_build_forward_expand(gf, out);
+            })?;
+            graph.set(a, weights);
+            graph.set(b, x);
+            Ok(GgmlMulMat { graph, out })
         }
     }
 
     fn compute(&self) {
-        // SAFETY: the graph and backend were built in new() and are alive.
-        let status = unsafe { g::ggml_backend_graph_compute(self.backend, self.graph) };
-        assert_eq!(status, g::GGML_STATUS_SUCCESS, "ggml graph compute failed");
+        self.graph.compute().expect("ggml graph compute");
     }
 
-    fn result(&self, m: usize) -> Vec<f32> {
-        let mut v = vec![0f32; m];
-        // SAFETY: the output tensor holds m f32.
-        unsafe { g::ggml_backend_tensor_get(self.out, v.as_mut_ptr().cast(), 0, 4 * m) };
-        v
-    }
-}
-
-impl Drop for GgmlMulMat {
-    fn drop(&mut self) {
-        // SAFETY: each handle was created in new() and is freed once.
-        unsafe {
-            g::ggml_backend_buffer_free(self.buffer);
-            g::ggml_backend_free(self.backend);
-            g::ggml_free(self.ctx);
-        }
+    fn result(&self, len: usize) -> Vec<f32> {
+        // SAFETY: the output is f32 and holds m × n = len values.
+        unsafe { self.graph.get_f32(self.out, len) }
     }
 }
 
@@ -250,7 +185,7 @@ fn main() {
     let ctx = CpuContext::new(args.threads);
     let mut rows = Vec::new();
     for &ty in &args.types {
-        let weights = ggml_quantize(ty, &w, k, m);
+        let weights = quantize(ty, &w, k, m).expect("ggml quantizes the weights");
         // tandem: the same bytes and columns, through the CPU fallback's entry point.
         let mut a = Tensor::new(ty, &[k as i64, m as i64]);
         a.data = weights.as_ptr() as usize;
