@@ -22,8 +22,10 @@ set -euo pipefail
 die() { echo "gpu-peer.sh: $*" >&2; exit 1; }
 
 pack() {
-    local dir="$1"
-    cd "$(dirname "$0")/.."
+    local dir self
+    dir="$(mkdir -p "$1" && cd "$1" && pwd)"
+    self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
+    cd "$(dirname "$self")/.."
     export CARGO_TARGET_DIR="${PEER_TARGET_DIR:-$PWD/target/gpu-peer}"
     cargo build --release -p tandem-tests --bin backend_matmul_peer -p tandem-capi >&2
     local out="$CARGO_TARGET_DIR/release"
@@ -41,10 +43,11 @@ print(next(p["manifest_path"] for p in m["packages"] if p["name"] == "llama-cpp-
     cp "$out/backend_matmul_peer" "$out/libggml_tandem.so" "$dir/"
     cp "$lib_dir"/libggml-base.so.0 "$lib_dir"/libggml-cpu.so.0 "$lib_dir"/libggml.so.0 "$dir/lib/"
     strip "$dir/backend_matmul_peer" "$dir/libggml_tandem.so"
-    # Only what a CUDA build reads: the build files, headers, ggml-base, ggml-cuda and the ggml-cpu headers ggml-base includes.
+    # Only what a CUDA build reads: the build files, the headers, ggml-base, ggml-cuda and the
+    # ggml-cpu headers ggml-base includes.
     (cd "$src" && tar -czf "$dir/ggml-src.tar.gz" CMakeLists.txt cmake include \
         $(cd src && find . -maxdepth 1 -type f -printf 'src/%P\n') src/ggml-cuda src/ggml-cpu)
-    cp "$0" "$dir/gpu-peer.sh"
+    cp "$self" "$dir/gpu-peer.sh"
     echo "gpu-peer.sh: packed $(du -sh "$dir" | cut -f1) into $dir; on the GPU machine run: $dir/gpu-peer.sh run $dir" >&2
 }
 

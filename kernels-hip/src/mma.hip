@@ -1758,13 +1758,14 @@ TANDEM_DEVICE void tandem_mma_f16_tile(const char* w, const u16* xh, char* dst, 
 #define TANDEM_WGMMA_A_BYTES (TANDEM_WGMMA_BM * TANDEM_WGMMA_BK * 2)
 #define TANDEM_WGMMA_B_BYTES (TANDEM_WGMMA_BN * TANDEM_WGMMA_BK * 2)
 
-// Shared-memory matrix descriptor of a K-major tile with the 128-byte swizzle at p: start
-// address / 16 (bits 0-13), leading offset 16 bytes (bits 16-29; unused by this layout), 1024
-// bytes between groups of eight rows (bits 32-45), swizzle mode 1 = 128 bytes (bits 62-63).
 // This thread's warpgroup (128 threads), taken from lane 0 by a shuffle: the compiler then knows
 // it is the same on every lane of a warp and keeps what is made from it (the mma descriptors) in
 // uniform registers, rather than making it per thread and moving it there before every mma.
 TANDEM_DEVICE int tandem_warpgroup() { return __shfl((int)threadIdx.x / 128, 0); }
+
+// Shared-memory matrix descriptor of a K-major tile with the 128-byte swizzle at p: start
+// address / 16 (bits 0-13), leading offset 16 bytes (bits 16-29; unused by this layout), 1024
+// bytes between groups of eight rows (bits 32-45), swizzle mode 1 = 128 bytes (bits 62-63).
 TANDEM_DEVICE u64 tandem_wgmma_desc(const u8* p) {
     const u64 a = tandem_smem_addr(p);
     return ((a & 0x3ffffu) >> 4) | (1ull << 16) | ((u64)(1024 >> 4) << 32) | (1ull << 62);
