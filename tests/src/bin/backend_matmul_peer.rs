@@ -28,6 +28,7 @@ use std::ffi::{CStr, CString};
 use std::time::Instant;
 use tandem_graph::ElemType;
 use tandem_tests::ggml::{quantize, DeviceGraph};
+use tandem_tests::llama_run::nmse;
 
 const ROTATION_BYTES: usize = 512 << 20;
 const MAX_COPIES: usize = 64;
@@ -251,19 +252,6 @@ impl Bench {
         // SAFETY: the first node's output is f32 and holds len values (Case::out_len).
         unsafe { self.graph.get_f32(self.first_out, len) }
     }
-}
-
-fn nmse(reference: &[f32], x: &[f32]) -> f64 {
-    let mut err = 0.0f64;
-    let mut norm = 0.0f64;
-    for (a, b) in reference.iter().zip(x) {
-        err += (*a as f64 - *b as f64).powi(2);
-        norm += (*a as f64).powi(2);
-    }
-    if x.iter().any(|v| !v.is_finite()) {
-        return f64::NAN;
-    }
-    err / norm
 }
 
 struct DeviceResult {

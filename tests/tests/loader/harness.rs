@@ -135,22 +135,7 @@ pub fn encode(ty: ElemType, values: &[f32], ne0: i64) -> Vec<u8> {
         ElemType::F16 => values.iter().flat_map(|v| f16::from_f32(*v).to_le_bytes()).collect(),
         _ => {
             let nrows = values.len() / ne0 as usize;
-            let mut out = vec![0u8; nrows * ty.row_size(ne0).expect("whole blocks")];
-            // SAFETY: `out` holds nrows quantized rows of ne0 values; no importance matrix.
-            let written = unsafe {
-                sys::ggml_quantize_init(ty.ggml_id());
-                sys::ggml_quantize_chunk(
-                    ty.ggml_id(),
-                    values.as_ptr(),
-                    out.as_mut_ptr().cast(),
-                    0,
-                    nrows as i64,
-                    ne0,
-                    std::ptr::null(),
-                )
-            };
-            assert_eq!(written, out.len());
-            out
+            tandem_tests::ggml::quantize(ty, values, ne0 as usize, nrows).expect("ggml quantizes whole blocks")
         }
     }
 }
