@@ -463,52 +463,85 @@ TANDEM_DEVICE float2 tandem_q8_pair(float d, int sum) {
     return make_float2(dh, dh * (float)sum);
 }
 
+// Sixteen consecutive values x, half of a 32-value group, held by lanes 2i and 2i + 1 of a wave
+// (the xor-1 shuffles stay inside the pair on any wave size), quantized as tandem_q8_quad does:
+// the same d, q and sum, with one division and reciprocal per thread instead of per four values.
+// Writes the 16 q as bytes to q (value e in byte e % 4 of word e / 4); d and the sum of the
+// group's 32 q come back to both lanes. Every lane of the wave calls it.
+TANDEM_DEVICE void tandem_q8_half(const float (&x)[16], u32 (&q)[4], float& d, int& sum) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 16; ++e) amax = fmaxf(amax, fabsf(x[e]));
+    amax = fmaxf(amax, __shfl_xor(amax, 1));
+    d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    sum = 0;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+        u32 packed = 0;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int v = (int)roundf(x[4 * w + e] * id);
+            sum += v;
+            packed |= (u32)(u8)(i8)v << (8 * e);
+        }
+        q[w] = packed;
+    }
+    sum += __shfl_xor(sum, 1);
+}
+
 // Quantizes `ncols` columns of `k` f32 values (value i of column j at base + i * nb0 + j * nb1)
 // to q8_1 in shared memory, as tandem_quantize_q8_1 does: int8 values at sq (k per column), one
-// (d, d * sum) pair per 32 values at sd. Eight threads per 32-value group, four values each;
-// a thread issues the loads of TANDEM_MV_QUANT_UNROLL such quads before it waits for any.
-// Every thread of the block calls it; the caller puts a block barrier after it.
-#define TANDEM_MV_QUANT_UNROLL 4
+// (d, d * sum) pair per 32 values at sd. Two threads per 32-value group, sixteen values each
+// (four 16-byte loads where the column is contiguous and aligned); a thread issues the loads of
+// TANDEM_MV_QUANT_UNROLL such halves before it waits for any. Every thread of the block calls
+// it; the caller puts a block barrier after it.
+#define TANDEM_MV_QUANT_UNROLL 2
 TANDEM_DEVICE void tandem_mv_quantize_block(const char* base, i64 nb0, i64 nb1, i64 k, int ncols, i8* sq,
                                             float2* sd) {
-    const int quads = (int)(k / 4);  // per column; a multiple of 8 (k is of 32s, at most 16384)
+    const int halves = (int)(k / 16);  // per column; even (k is of 32s, at most 16384)
     const int lane = threadIdx.x % warpSize;
     const int bd = blockDim.x;
     const bool vec = nb0 == 4 && (((u64)base | (u64)nb1) & 15u) == 0;
     for (int j = 0; j < ncols; ++j) {
         const char* col = base + j * nb1;
-        i8* cq = sq + j * k;
+        uint4* cq = (uint4*)(sq + j * k);
         float2* cd = sd + j * (k / 32);
         // Whole waves iterate together (the shuffles below need every lane), so the bound is
-        // tested on the wave's first thread; a group of 8 threads is in or out whole.
-        for (int w0 = (int)threadIdx.x - lane; w0 < quads; w0 += TANDEM_MV_QUANT_UNROLL * bd) {
-            float x[TANDEM_MV_QUANT_UNROLL][4];
+        // tested on the wave's first thread; the two threads of a group are in or out together.
+        for (int w0 = (int)threadIdx.x - lane; w0 < halves; w0 += TANDEM_MV_QUANT_UNROLL * bd) {
+            float x[TANDEM_MV_QUANT_UNROLL][16];
 #pragma unroll
             for (int u = 0; u < TANDEM_MV_QUANT_UNROLL; ++u) {
-                const int q = w0 + lane + u * bd;
-                x[u][0] = x[u][1] = x[u][2] = x[u][3] = 0.0f;
-                if (q < quads) {
+                const int h = w0 + lane + u * bd;
+#pragma unroll
+                for (int e = 0; e < 16; ++e) x[u][e] = 0.0f;
+                if (h < halves) {
                     if (vec) {
-                        const float4 v = ((const float4*)col)[q];
-                        x[u][0] = v.x;
-                        x[u][1] = v.y;
-                        x[u][2] = v.z;
-                        x[u][3] = v.w;
+#pragma unroll
+                        for (int v4 = 0; v4 < 4; ++v4) {
+                            const float4 v = ((const float4*)col)[4 * h + v4];
+                            x[u][4 * v4] = v.x;
+                            x[u][4 * v4 + 1] = v.y;
+                            x[u][4 * v4 + 2] = v.z;
+                            x[u][4 * v4 + 3] = v.w;
+                        }
                     } else {
-                        for (int e = 0; e < 4; ++e) x[u][e] = *(const float*)(col + (i64)(4 * q + e) * nb0);
+                        for (int e = 0; e < 16; ++e) x[u][e] = *(const float*)(col + (i64)(16 * h + e) * nb0);
                     }
                 }
             }
 #pragma unroll
             for (int u = 0; u < TANDEM_MV_QUANT_UNROLL; ++u) {
-                if (w0 + u * bd >= quads) break;  // the same for the whole wave
-                const int q = w0 + lane + u * bd;
+                if (w0 + u * bd >= halves) break;  // the same for the whole wave
+                const int h = w0 + lane + u * bd;
+                u32 q[4];
                 float d;
                 int sum;
-                const u32 packed = tandem_q8_quad(x[u], d, sum);
-                if (q < quads) {
-                    ((u32*)cq)[q] = packed;
-                    if ((q & 7) == 0) cd[q / 8] = tandem_q8_pair(d, sum);
+                tandem_q8_half(x[u], q, d, sum);
+                if (h < halves) {
+                    cq[h] = make_uint4(q[0], q[1], q[2], q[3]);
+                    if ((h & 1) == 0) cd[h / 2] = tandem_q8_pair(d, sum);
                 }
             }
         }
@@ -711,7 +744,8 @@ TANDEM_DEVICE tandem_mv_rows tandem_mv_wave_rows(i64 m) {
     tandem_mv_rows r;
     r.step = nw * gridDim.x;
     r.row0 = (i64)blockIdx.x * nw + threadIdx.x / warpSize;
-    r.n = r.row0 < m ? (int)((m - 1 - r.row0) / r.step + 1) : 0;
+    // Row counts fit 32 bits (a weight has fewer than 2^31 rows): a 32-bit division.
+    r.n = r.row0 < m ? (int)((u32)(m - 1 - r.row0) / (u32)r.step + 1) : 0;
     return r;
 }
 
@@ -928,8 +962,15 @@ TANDEM_DEVICE void tandem_gemv_quant(const char* w, const char* src1, const char
                                      const tandem_mm_shape& s) {
     const i64 b = blockIdx.y;
     if (b >= s.ne12 * s.ne13) return;
-    const i64 i12 = b % s.ne12, i13 = b / s.ne12;
-    const u8* wbase = (const u8*)w + (i12 / s.r2) * s.nb02 + (i13 / s.r3) * s.nb03;
+    // Batch 0 (every batch of a 2-D product) needs none of the divisions, which would stand
+    // between the block's start and its first weight loads.
+    i64 i12 = 0, i13 = 0;
+    const u8* wbase = (const u8*)w;
+    if (b > 0) {
+        i12 = b % s.ne12;
+        i13 = b / s.ne12;
+        wbase += (i12 / s.r2) * s.nb02 + (i13 / s.r3) * s.nb03;
+    }
     tandem_mv_quant_block<T, MAXC>(wbase, s.nb01, s.m, s.k, src1 + i12 * s.nb12 + i13 * s.nb13, s.nb10,
                                    s.nb11, aq, ads, b * s.n, (int)s.n, dst + i12 * s.nb2 + i13 * s.nb3, s.nb1);
 }

@@ -27,6 +27,10 @@ static __device__ __forceinline__ __half __float2half(float f) {
     return h;
 }
 
+// NVIDIA waves are 32 lanes on every architecture. As a constant, divisions and remainders by
+// warpSize become shifts and masks; NVRTC emits a full integer division for the built-in.
+#define warpSize 32
+
 // HIP's shuffles act on the whole wave; CUDA's need the member mask. All lanes take part in every
 // tandem shuffle, so the full mask is right.
 #define __shfl(v, ...) __shfl_sync(0xffffffffu, (v), __VA_ARGS__)
