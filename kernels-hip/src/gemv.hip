@@ -490,47 +490,63 @@ TANDEM_DEVICE void tandem_q8_half(const float (&x)[16], u32 (&q)[4], float& d, i
     sum += __shfl_xor(sum, 1);
 }
 
+// Whether columns at base (nb1 bytes apart) are contiguous and 16-byte aligned f32 values, read
+// with 16-byte loads by the block quantizer.
+TANDEM_DEVICE bool tandem_mv_quant_vec(const char* base, i64 nb0, i64 nb1) {
+    return nb0 == 4 && (((u64)base | (u64)nb1) & 15u) == 0;
+}
+
+#define TANDEM_MV_QUANT_UNROLL 2
+// Loads the values of the TANDEM_MV_QUANT_UNROLL halves (16 values each) this thread quantizes
+// in the pass of column `col` that starts at wave offset w0 (zeros past the column's `halves`).
+TANDEM_DEVICE void tandem_mv_quant_load(float (&x)[TANDEM_MV_QUANT_UNROLL][16], const char* col, i64 nb0, bool vec,
+                                        int halves, int w0) {
+    const int lane = threadIdx.x % warpSize, bd = blockDim.x;
+#pragma unroll
+    for (int u = 0; u < TANDEM_MV_QUANT_UNROLL; ++u) {
+        const int h = w0 + lane + u * bd;
+#pragma unroll
+        for (int e = 0; e < 16; ++e) x[u][e] = 0.0f;
+        if (h < halves) {
+            if (vec) {
+#pragma unroll
+                for (int v4 = 0; v4 < 4; ++v4) {
+                    const float4 v = ((const float4*)col)[4 * h + v4];
+                    x[u][4 * v4] = v.x;
+                    x[u][4 * v4 + 1] = v.y;
+                    x[u][4 * v4 + 2] = v.z;
+                    x[u][4 * v4 + 3] = v.w;
+                }
+            } else {
+                for (int e = 0; e < 16; ++e) x[u][e] = *(const float*)(col + (i64)(16 * h + e) * nb0);
+            }
+        }
+    }
+}
+
 // Quantizes `ncols` columns of `k` f32 values (value i of column j at base + i * nb0 + j * nb1)
 // to q8_1 in shared memory, as tandem_quantize_q8_1 does: int8 values at sq (k per column), one
 // (d, d * sum) pair per 32 values at sd. Two threads per 32-value group, sixteen values each
-// (four 16-byte loads where the column is contiguous and aligned); a thread issues the loads of
-// TANDEM_MV_QUANT_UNROLL such halves before it waits for any. Every thread of the block calls
+// (four 16-byte loads where the columns are contiguous and aligned); a pass takes
+// TANDEM_MV_QUANT_UNROLL such halves per thread, loaded before any is used. x holds the values
+// of column 0's first pass: the caller loads them (tandem_mv_quant_load) before its weight
+// loads, so the wait for them overlaps the wait for the weights. Every thread of the block calls
 // it; the caller puts a block barrier after it.
-#define TANDEM_MV_QUANT_UNROLL 2
 TANDEM_DEVICE void tandem_mv_quantize_block(const char* base, i64 nb0, i64 nb1, i64 k, int ncols, i8* sq,
-                                            float2* sd) {
+                                            float2* sd, float (&x)[TANDEM_MV_QUANT_UNROLL][16]) {
     const int halves = (int)(k / 16);  // per column; even (k is of 32s, at most 16384)
     const int lane = threadIdx.x % warpSize;
     const int bd = blockDim.x;
-    const bool vec = nb0 == 4 && (((u64)base | (u64)nb1) & 15u) == 0;
+    const bool vec = tandem_mv_quant_vec(base, nb0, nb1);
+    const int first = (int)threadIdx.x - lane;
     for (int j = 0; j < ncols; ++j) {
         const char* col = base + j * nb1;
         uint4* cq = (uint4*)(sq + j * k);
         float2* cd = sd + j * (k / 32);
         // Whole waves iterate together (the shuffles below need every lane), so the bound is
         // tested on the wave's first thread; the two threads of a group are in or out together.
-        for (int w0 = (int)threadIdx.x - lane; w0 < halves; w0 += TANDEM_MV_QUANT_UNROLL * bd) {
-            float x[TANDEM_MV_QUANT_UNROLL][16];
-#pragma unroll
-            for (int u = 0; u < TANDEM_MV_QUANT_UNROLL; ++u) {
-                const int h = w0 + lane + u * bd;
-#pragma unroll
-                for (int e = 0; e < 16; ++e) x[u][e] = 0.0f;
-                if (h < halves) {
-                    if (vec) {
-#pragma unroll
-                        for (int v4 = 0; v4 < 4; ++v4) {
-                            const float4 v = ((const float4*)col)[4 * h + v4];
-                            x[u][4 * v4] = v.x;
-                            x[u][4 * v4 + 1] = v.y;
-                            x[u][4 * v4 + 2] = v.z;
-                            x[u][4 * v4 + 3] = v.w;
-                        }
-                    } else {
-                        for (int e = 0; e < 16; ++e) x[u][e] = *(const float*)(col + (i64)(16 * h + e) * nb0);
-                    }
-                }
-            }
+        for (int w0 = first; w0 < halves; w0 += TANDEM_MV_QUANT_UNROLL * bd) {
+            if (j > 0 || w0 != first) tandem_mv_quant_load(x, col, nb0, vec, halves, w0);
 #pragma unroll
             for (int u = 0; u < TANDEM_MV_QUANT_UNROLL; ++u) {
                 if (w0 + u * bd >= halves) break;  // the same for the whole wave
@@ -766,6 +782,11 @@ TANDEM_DEVICE void tandem_mv_quant_block(const u8* wbase, i64 nb01, i64 m, i64 k
     u8* stage = tandem_mv_smem + (threadIdx.x / warpSize) * STAGES * tandem_mv_chunk<T>::BYTES;
     const tandem_mv_rows rows = tandem_mv_wave_rows(m);
     const tandem_mv_walk<T> wk(wbase, nb01, rows.row0, rows.step, rows.n, k, (((u64)wbase | (u64)nb01) & 15u) == 0);
+    // The activations of the block quantizer's first pass, loaded first: they come from L2, the
+    // weights from memory.
+    float xa[TANDEM_MV_QUANT_UNROLL][16];
+    if (aq == nullptr)
+        tandem_mv_quant_load(xa, src1, nb10, tandem_mv_quant_vec(src1, nb10, nb11), (int)(k / 16), (int)threadIdx.x - lane);
     uint4 ra[NV], rb[NV];
     // The first two items: items 0 and 1 of the one-row walk, chunk 0 of rows 0 and 1 of the
     // pair walk.
@@ -782,7 +803,7 @@ TANDEM_DEVICE void tandem_mv_quant_block(const u8* wbase, i64 nb01, i64 m, i64 k
     if (aq == nullptr) {
         i8* sq = (i8*)(tandem_mv_smem + nw * STAGES * tandem_mv_chunk<T>::BYTES);
         float2* sd = (float2*)(sq + ncols * k);
-        tandem_mv_quantize_block(src1, nb10, nb11, k, ncols, sq, sd);
+        tandem_mv_quantize_block(src1, nb10, nb11, k, ncols, sq, sd, xa);
         __syncthreads();
         if (MAXC == 1) {
             // Decode: a call of its own for shared columns, so it reads them with shared loads
