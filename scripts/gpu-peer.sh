@@ -27,7 +27,10 @@ pack() {
     self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
     cd "$(dirname "$self")/.."
     export CARGO_TARGET_DIR="${PEER_TARGET_DIR:-$PWD/target/gpu-peer}"
-    cargo build --release -p tandem-tests --bin backend_matmul_peer -p tandem-capi >&2
+    # Two builds: with --bin, cargo would leave the plugin's library out (and a stale one in the
+    # target folder would be packed).
+    cargo build --release -p tandem-tests --bin backend_matmul_peer >&2
+    cargo build --release -p tandem-capi >&2
     local out="$CARGO_TARGET_DIR/release"
     local lib_dir
     lib_dir="$(dirname "$(find "$out/build" -path '*llama-cpp-sys-2-*/out/*' -name 'libggml-base.so.0' | head -n1)")"
