@@ -760,8 +760,15 @@ TANDEM_DEVICE tandem_mv_rows tandem_mv_wave_rows(i64 m) {
     tandem_mv_rows r;
     r.step = nw * gridDim.x;
     r.row0 = (i64)blockIdx.x * nw + threadIdx.x / warpSize;
-    // Row counts fit 32 bits (a weight has fewer than 2^31 rows): a 32-bit division.
-    r.n = r.row0 < m ? (int)((u32)(m - 1 - r.row0) / (u32)r.step + 1) : 0;
+    // A 32-bit division where the rows fit 32 bits (every real weight), else the 64-bit one.
+    const i64 left = m - 1 - r.row0;
+    if (r.row0 >= m) {
+        r.n = 0;
+    } else if (m <= 0xffffffffll && r.step <= 0xffffffffll) {
+        r.n = (int)((u32)left / (u32)r.step + 1);
+    } else {
+        r.n = (int)(left / r.step + 1);
+    }
     return r;
 }
 
