@@ -24,6 +24,7 @@
 
 use llama_cpp_sys_2 as g;
 use rand::{Rng, SeedableRng};
+use serde::Serialize;
 use std::ffi::{CStr, CString};
 use std::time::Instant;
 use tandem_graph::ElemType;
@@ -254,14 +255,21 @@ impl Bench {
     }
 }
 
+/// One device's figures for a case, as `--json` prints them (tools/src/peer_report.rs reads them).
+#[derive(Serialize)]
 struct DeviceResult {
     device: String,
     us_median: f64,
     us_min: f64,
+    /// Weight bytes the node reads over its median time, GB/s.
+    read_gbs: f64,
+    /// Against ggml's CPU backend; JSON has no NaN, so a non-finite one is written as null.
     nmse: f64,
 }
 
+#[derive(Serialize)]
 struct CaseResult {
+    #[serde(rename = "case")]
     name: String,
     weight_bytes: usize,
     read_bytes: usize,
@@ -278,6 +286,7 @@ fn run_case(args: &Args, c: &Case) -> Result<CaseResult, String> {
         b.compute().map_err(|e| format!("{name}: reference on CPU: {e}"))?;
         b.first_output(c.out_len())
     };
+    let read_bytes = bytes_read(c, &inp);
     let mut results = Vec::new();
     for dev in &args.devices {
         let b = Bench::new(dev, c, &inp, copies).map_err(|e| format!("{name}: {e}"))?;
@@ -296,6 +305,7 @@ fn run_case(args: &Args, c: &Case) -> Result<CaseResult, String> {
             device: dev.clone(),
             us_median: us[us.len() / 2],
             us_min: us[0],
+            read_gbs: read_bytes as f64 / (us[us.len() / 2] * 1e-6) / 1e9,
             nmse: nmse(&reference, &out),
         });
         eprintln!(
@@ -307,7 +317,7 @@ fn run_case(args: &Args, c: &Case) -> Result<CaseResult, String> {
     Ok(CaseResult {
         name,
         weight_bytes: inp.weights.len(),
-        read_bytes: bytes_read(c, &inp),
+        read_bytes,
         copies,
         results,
     })
@@ -377,46 +387,27 @@ fn main() {
             }
         }
     }
-    let gbs = |bytes: usize, us: f64| bytes as f64 / (us * 1e-6) / 1e9;
     if args.json {
-        let items: Vec<String> = done
-            .iter()
-            .map(|r| {
-                let per: Vec<String> = r
-                    .results
-                    .iter()
-                    .map(|d| {
-                        // JSON has no NaN: a non-finite NMSE is written as null.
-                        let nmse = if d.nmse.is_finite() { format!("{:.3e}", d.nmse) } else { "null".into() };
-                        format!(
-                            "{{\"device\":\"{}\",\"us_median\":{:.3},\"us_min\":{:.3},\"read_gbs\":{:.1},\"nmse\":{nmse}}}",
-                            d.device,
-                            d.us_median,
-                            d.us_min,
-                            gbs(r.read_bytes, d.us_median),
-                        )
-                    })
-                    .collect();
-                format!(
-                    "{{\"case\":\"{}\",\"weight_bytes\":{},\"read_bytes\":{},\"copies\":{},\"results\":[{}]}}",
-                    r.name,
-                    r.weight_bytes,
-                    r.read_bytes,
-                    r.copies,
-                    per.join(",")
-                )
-            })
-            .collect();
-        println!(
-            "{{\"tool\":\"backend_matmul_peer\",\"runs\":{},\"devices\":[{}],\"cases\":[{}]}}",
-            args.runs,
-            args.devices
-                .iter()
-                .map(|d| format!("\"{d}\""))
-                .collect::<Vec<_>>()
-                .join(","),
-            items.join(",")
-        );
+        #[derive(Serialize)]
+        struct Report<'a> {
+            tool: &'static str,
+            runs: usize,
+            devices: &'a [String],
+            cases: &'a [CaseResult],
+        }
+        let report = Report {
+            tool: "backend_matmul_peer",
+            runs: args.runs,
+            devices: &args.devices,
+            cases: &done,
+        };
+        match serde_json::to_string(&report) {
+            Ok(text) => println!("{text}"),
+            Err(e) => {
+                eprintln!("backend_matmul_peer: JSON: {e}");
+                std::process::exit(1);
+            }
+        }
     } else {
         let first = &args.devices[0];
         println!(
@@ -433,7 +424,7 @@ fn main() {
                         "{} {:.1} ({:.2} TB/s, nmse {:.1e})",
                         d.device,
                         d.us_median,
-                        gbs(r.read_bytes, d.us_median) / 1e3,
+                        d.read_gbs / 1e3,
                         d.nmse
                     )
                 })
