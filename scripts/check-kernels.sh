@@ -3,7 +3,7 @@
 #   NVIDIA sm_90: NVRTC from the PyPI wheel `nvidia-cuda-nvrtc`, loaded through tandem's own
 #     runtime layer with the same header and options the JIT uses (the `catalog_compiles_with_nvrtc`
 #     test of tandem-backend).
-#   AMD gfx1100, gfx1151, gfx1201: Debian's clang-19 HIP support, one object per kernel source
+#   AMD gfx1100, gfx1151, gfx1201, gfx90a, gfx942: Debian's clang-19 HIP support, one object per kernel source
 #     (and per family built with options of its own) and arch.
 # Environment: CHECK_KERNELS_INSTALL=1 installs the Debian packages if missing (needs root);
 # CHECK_KERNELS_SKIP=nvidia|amd skips one half with a printed reason; AMD_ARCHS / NVIDIA_ARCH
@@ -13,7 +13,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 work="$root/target/kernel-check"
 src="$root/kernels-hip/src"
-amd_archs="${AMD_ARCHS:-gfx1100 gfx1151 gfx1201}"
+amd_archs="${AMD_ARCHS:-gfx1100 gfx1151 gfx1201 gfx90a gfx942}"
 nvidia_arch="${NVIDIA_ARCH:-sm_90}"
 nvrtc_wheel="${NVRTC_WHEEL:-nvidia-cuda-nvrtc==13.5.37}"
 skip="${CHECK_KERNELS_SKIP:-}"

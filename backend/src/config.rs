@@ -18,8 +18,9 @@ pub struct Config {
     /// `TANDEM_F16_PREFILL=1`: prefill of the 32-value block types on the Hopper f16 GEMM (faster;
     /// f16 products of the q8-rounded activations instead of the CPU's integer sums).
     pub f16_prefill: bool,
-    /// `TANDEM_WMMA_EMULATE=11|12`: on NVIDIA, quantized prefill on the AMD WMMA tiles with the
-    /// instruction emulated in that register layout (gfx11 or gfx12); a test of those tiles.
+    /// `TANDEM_WMMA_EMULATE=9|11|12`: on NVIDIA, quantized prefill on the AMD matrix tiles with the
+    /// instruction emulated in that register layout (CDNA's MFMA, gfx11's or gfx12's WMMA); a test
+    /// of those tiles.
     pub wmma_emulate: Option<i32>,
 }
 
@@ -42,6 +43,7 @@ impl Config {
             stats: flag("TANDEM_STATS"),
             f16_prefill: flag("TANDEM_F16_PREFILL"),
             wmma_emulate: get("TANDEM_WMMA_EMULATE").and_then(|v| match v.trim() {
+                "9" => Some(9),
                 "11" => Some(11),
                 "12" => Some(12),
                 _ => None,
@@ -79,7 +81,10 @@ mod tests {
         assert!(Config::from_lookup(|k| (k == "TANDEM_F16_PREFILL").then(|| "1".into())).f16_prefill);
         assert_eq!(c.wmma_emulate, None);
         let emu = |v: &str| Config::from_lookup(|k| (k == "TANDEM_WMMA_EMULATE").then(|| v.to_string())).wmma_emulate;
-        assert_eq!((emu("11"), emu("12"), emu("13")), (Some(11), Some(12), None));
+        assert_eq!(
+            (emu("9"), emu("11"), emu("12"), emu("13")),
+            (Some(9), Some(11), Some(12), None)
+        );
         assert_eq!(c.host_device, Some(false));
         assert!(c.is_disabled("hip.rope"));
         assert!(c.is_disabled("hip.gemv_q4_0"));

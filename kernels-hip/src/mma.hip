@@ -733,6 +733,184 @@ TANDEM_DEVICE void tandem_wmma_h16(float (&c)[8], const u32 (&a)[8], const u32 (
 #endif
 }
 
+// ---------------------------------------------------------------- AMD CDNA MFMA (layout 9)
+// The same tiles on AMD CDNA (gfx908, gfx90a, gfx94x, gfx950) wave64 matrix instructions, run by
+// the "wmma" family's entries when the launcher passes layout 9. A wave is 64 lanes, lane l,
+// l16 = l % 16, q = l / 16; 16 x 16 tiles (AMD's CDNA3 ISA guide; ggml's CUDA/HIP backend reads
+// them the same way):
+//   int8, 16x16x32 (gfx94x, gfx950): A: row l16, 8 bytes of k; B: column l16, the same 8 k;
+//         16x16x16 (gfx908, gfx90a, two per 32-value group): A: row l16, 4 bytes; B likewise;
+//   f16 16x16x16: A: row l16, k 4 q .. 4 q + 3; B: column l16, the same k;
+//   C/D: column l16, rows 4 q + i for element i = 0..3.
+// Each lane holds a 32-value group's values 4 q .. 4 q + 3 and 16 + 4 q .. (frag()'s c = q): the
+// 16x16x32 instruction takes them as its 8 bytes, the 16x16x16 ones as one half of the group
+// each; A and B hold the same values, so either way the sums are the group's. Integer tiles: a
+// wave takes 32 of the tile's 64 rows (two A tiles) against its 64 columns (four B tiles); f16
+// tiles: 32 of the 128 rows against the 64 columns.
+// On NVIDIA (TANDEM_WMMA_EMULATE=9) a wave is two warps: the instruction's and the lane
+// shuffles' words go through shared memory between the wave's named barriers.
+#if defined(__gfx940__) || defined(__gfx941__) || defined(__gfx942__) || defined(__gfx950__)
+#define TANDEM_CDNA_NATIVE 3
+#elif defined(__gfx908__) || defined(__gfx90a__)
+#define TANDEM_CDNA_NATIVE 1
+#endif
+#if defined(TANDEM_CDNA_NATIVE) || defined(TANDEM_NVIDIA)
+#define TANDEM_CDNA_RUNS 1
+#endif
+// The layout value that selects these tiles (`wmma_native_layout` in matmul_launch.rs).
+#define TANDEM_CDNA_LAYOUT 9
+
+#if defined(TANDEM_NVIDIA)
+// Emulation: two words per lane of each of up to four waves (threads 64 w ..), and the barrier
+// of the wave's two warps.
+template <typename L = int>
+TANDEM_DEVICE u32* tandem_cdna_words() {
+    __shared__ u32 x[4 * 64 * 2];
+    return x + (threadIdx.x / 64) * 128;
+}
+TANDEM_DEVICE void tandem_cdna_bar() {
+    asm volatile("bar.sync %0, 64;" ::"r"(1 + (int)(threadIdx.x / 64)) : "memory");
+}
+#endif
+
+// r[i] = v of lane 4 q + i of this lane's wave: the value of each row a lane's C holds, from the
+// lanes (l16 = row) that computed it.
+template <typename L = int>
+TANDEM_DEVICE void tandem_cdna_rows(float v, float (&r)[4]) {
+    const int q = threadIdx.x % 64 / 16;
+#if defined(TANDEM_CDNA_NATIVE)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r[i] = __shfl(v, 4 * q + i);
+#elif defined(TANDEM_NVIDIA)
+    u32* x = tandem_cdna_words<L>();
+    x[2 * (threadIdx.x % 64)] = __float_as_uint(v);
+    tandem_cdna_bar();
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r[i] = __uint_as_float(x[2 * (4 * q + i)]);
+    tandem_cdna_bar();
+#else
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r[i] = v;
+#endif
+}
+
+#if defined(TANDEM_NVIDIA) && !defined(TANDEM_CDNA_NATIVE)
+// The emulated instruction's operands: a[i][p] the two A words of lane (4 q + i) + 16 p (row
+// 4 q + i, values of lane group p), b[p] those of B from lane l16 + 16 p.
+template <typename L = int>
+TANDEM_DEVICE void tandem_cdna_gather(u32 a0, u32 a1, u32 b0, u32 b1, u32 (&a)[4][4][2], u32 (&b)[4][2]) {
+    u32* x = tandem_cdna_words<L>();
+    const int lane = threadIdx.x % 64, l16 = lane % 16, q = lane / 16;
+    x[2 * lane] = a0;
+    x[2 * lane + 1] = a1;
+    tandem_cdna_bar();
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int p = 0; p < 4; ++p) {
+            a[i][p][0] = x[2 * (4 * q + i + 16 * p)];
+            a[i][p][1] = x[2 * (4 * q + i + 16 * p) + 1];
+        }
+    tandem_cdna_bar();
+    x[2 * lane] = b0;
+    x[2 * lane + 1] = b1;
+    tandem_cdna_bar();
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+        b[p][0] = x[2 * (l16 + 16 * p)];
+        b[p][1] = x[2 * (l16 + 16 * p) + 1];
+    }
+    tandem_cdna_bar();
+}
+#endif
+
+// c += A x B over one 16 x 16 int8 tile and a 32-value group: a0, a1 this lane's A words (row
+// l16: values 4 q .., 16 + 4 q ..), b0, b1 its B words (column l16, the same values).
+template <typename L = int>
+TANDEM_DEVICE void tandem_cdna_i8(int (&c)[4], u32 a0, u32 a1, u32 b0, u32 b1) {
+#if defined(TANDEM_CDNA_NATIVE)
+    typedef int v4i __attribute__((ext_vector_type(4)));
+    v4i vc = {c[0], c[1], c[2], c[3]};
+#if TANDEM_CDNA_NATIVE == 3
+    const long va = (long)(((u64)a1 << 32) | a0), vb = (long)(((u64)b1 << 32) | b0);
+    vc = __builtin_amdgcn_mfma_i32_16x16x32_i8(va, vb, vc, 0, 0, 0);
+#else
+    vc = __builtin_amdgcn_mfma_i32_16x16x16i8((int)a0, (int)b0, vc, 0, 0, 0);
+    vc = __builtin_amdgcn_mfma_i32_16x16x16i8((int)a1, (int)b1, vc, 0, 0, 0);
+#endif
+#pragma unroll
+    for (int i = 0; i < 4; ++i) c[i] = vc[i];
+#elif defined(TANDEM_NVIDIA)
+    u32 a[4][4][2], b[4][2];
+    tandem_cdna_gather<L>(a0, a1, b0, b1, a, b);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        int s = 0;
+#pragma unroll
+        for (int p = 0; p < 4; ++p)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) asm("dp4a.s32.s32 %0, %1, %2, %0;" : "+r"(s) : "r"(a[i][p][h]), "r"(b[p][h]));
+        c[i] += s;
+    }
+#else
+    (void)a0, (void)a1, (void)b0, (void)b1;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) c[i] = 0;
+#endif
+}
+
+// The same over 16 values (one word of A and of B per lane): one 16x16x16 on gfx908 / gfx90a,
+// else the 32-value form with the other word zero.
+template <typename L = int>
+TANDEM_DEVICE void tandem_cdna_i8h(int (&c)[4], u32 a, u32 b) {
+#if TANDEM_CDNA_NATIVE == 1
+    typedef int v4i __attribute__((ext_vector_type(4)));
+    v4i vc = {c[0], c[1], c[2], c[3]};
+    vc = __builtin_amdgcn_mfma_i32_16x16x16i8((int)a, (int)b, vc, 0, 0, 0);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) c[i] = vc[i];
+#else
+    tandem_cdna_i8<L>(c, a, 0u, b, 0u);
+#endif
+}
+
+// c += A x B over one 16 x 16 f16 tile with f32 sums and 16 values of k: a0, a1 this lane's A
+// row l16 at k 4 q .. 4 q + 3 (two f16 per word), b0, b1 its B column l16 at the same k.
+template <typename L = int>
+TANDEM_DEVICE void tandem_cdna_h16(float (&c)[4], u32 a0, u32 a1, u32 b0, u32 b1) {
+#if defined(TANDEM_CDNA_NATIVE)
+    typedef unsigned int v2u __attribute__((ext_vector_type(2)));
+    typedef _Float16 v4h __attribute__((ext_vector_type(4)));
+    typedef float v4f __attribute__((ext_vector_type(4)));
+    const v2u ua = {a0, a1}, ub = {b0, b1};
+    v4f vc = {c[0], c[1], c[2], c[3]};
+    vc = __builtin_amdgcn_mfma_f32_16x16x16f16(__builtin_bit_cast(v4h, ua), __builtin_bit_cast(v4h, ub), vc, 0, 0,
+                                               0);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) c[i] = vc[i];
+#elif defined(TANDEM_NVIDIA)
+    u32 a[4][4][2], b[4][2];
+    tandem_cdna_gather<L>(a0, a1, b0, b1, a, b);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        float s = 0.0f;
+#pragma unroll
+        for (int p = 0; p < 4; ++p)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const u32 x = a[i][p][h], y = b[p][h];
+                s = fmaf(tandem_f16_to_f32((u16)(x & 0xffffu)), tandem_f16_to_f32((u16)(y & 0xffffu)), s);
+                s = fmaf(tandem_f16_to_f32((u16)(x >> 16)), tandem_f16_to_f32((u16)(y >> 16)), s);
+            }
+        c[i] += s;
+    }
+#else
+    (void)a0, (void)a1, (void)b0, (void)b1;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) c[i] = 0.0f;
+#endif
+}
+
 // One k step of the WMMA tiles (T: not HALVES) for this wave's 16 rows (row l16 staged at
 // wrow + l16 * RP) against the 64 columns (column c's values at a + c * ROW, pairs ds[g][c]):
 // acc[2 j + i / 4][i % 4] is row tandem_wmma_row(lay, i) of the wave's 16, column 16 j + l16.
@@ -855,6 +1033,115 @@ TANDEM_DEVICE void tandem_wmma_halves(float (&acc)[8][4], const u8* wrow, const 
 #endif
 }
 
+// One k step of the CDNA tiles (T: not HALVES) for this wave's 32 rows (w0: the staged row l16 of
+// its first 16, w1: of its second) against the 64 columns (column c's values at a + c * ROW,
+// pairs ds[g][c]): acc[4 t + j][i] is row 16 t + 4 q + i of the wave's 32, column 16 j + l16.
+// Per group: acc += d * (d_a * sum) [+ m * (d_a * sum(a))], as the WMMA tiles compute it.
+template <typename T>
+TANDEM_DEVICE void tandem_cdna_step(float (&acc)[8][4], const u8* w0, const u8* w1, const u8* a,
+                                    const float2 (*ds)[TANDEM_MMQ_BN]) {
+    static_assert(!T::HALVES, "a scale per 32 values");
+#if defined(TANDEM_CDNA_RUNS)
+    constexpr int AR = tandem_mmq_raw<T>::ROW;
+    const int l16 = threadIdx.x % 16, q = threadIdx.x % 64 / 16;
+    const u8* wr[2] = {w0, w1};
+#pragma unroll
+    for (int gi = 0; gi < T::KG; ++gi) {
+        u32 lo[2], hi[2];
+        float d[2], m[2], dr[2][4], mr[2][4];
+#pragma unroll
+        for (int t = 0; t < 2; ++t) {
+            T::frag(wr[t], gi, q, lo[t], hi[t], d[t], m[t]);
+            tandem_cdna_rows(d[t], dr[t]);
+            if constexpr (T::MIN) tandem_cdna_rows(m[t], mr[t]);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const u8* col = a + (16 * j + l16) * AR + 32 * gi;
+            const u32 b0 = *(const u32*)(col + 4 * q), b1 = *(const u32*)(col + 16 + 4 * q);
+            const float2 sc = ds[gi][16 * j + l16];
+#pragma unroll
+            for (int t = 0; t < 2; ++t) {
+                int c[4] = {0, 0, 0, 0};
+                tandem_cdna_i8(c, lo[t], hi[t], b0, b1);
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    float& o = acc[4 * t + j][i];
+                    o = fmaf(dr[t][i], sc.x * (float)c[i], o);
+                    if constexpr (T::MIN) o = fmaf(mr[t][i], sc.y, o);
+                }
+            }
+        }
+    }
+#else
+    // Built for a device without these instructions: never picked there; NaN if it were.
+    (void)w0, (void)w1, (void)a, (void)ds;
+    tandem_acc_nan(acc);
+#endif
+}
+
+// tandem_cdna_step for the HALVES types, as tandem_wmma_halves computes them: one 16-value
+// product per half group, row and column tile; q2_K's offsets take each half's activation sum
+// from one more product against ones (every row of it is the column's sum). `w0`, `w1`: the
+// staged superblocks (past their leads) of this lane's rows l16 and 16 + l16 of the wave's 32.
+template <typename T>
+TANDEM_DEVICE void tandem_cdna_halves(float (&acc)[8][4], const u8* w0, const u8* w1, const u8* a,
+                                      const float2 (*ds)[TANDEM_MMQ_BN]) {
+    static_assert(T::HALVES, "a scale per 16 values");
+#if defined(TANDEM_CDNA_RUNS)
+    constexpr int AR = tandem_mmq_raw<T>::ROW;
+    const int l16 = threadIdx.x % 16, q = threadIdx.x % 64 / 16;
+    const u8* wr[2] = {w0, w1};
+#pragma unroll 2
+    for (int gi = 0; gi < T::KG; ++gi) {
+        u32 v[2][2];
+        float sr[2][2][4], mr[2][2][4];
+#pragma unroll
+        for (int t = 0; t < 2; ++t) {
+            float sc[2], mn[2] = {0.0f, 0.0f};
+            T::frag16(wr[t], gi, q, v[t], sc);
+            if constexpr (T::MIN) T::mins16(wr[t], gi, mn);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                tandem_cdna_rows(sc[h], sr[t][h]);
+                if constexpr (T::MIN) tandem_cdna_rows(mn[h], mr[t][h]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const u8* col = a + (16 * j + l16) * AR + 32 * gi;
+            const u32 b[2] = {*(const u32*)(col + 4 * q), *(const u32*)(col + 16 + 4 * q)};
+            float as[2] = {0.0f, 0.0f};
+            if constexpr (T::MIN) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    int s[4] = {0, 0, 0, 0};
+                    tandem_cdna_i8h(s, 0x01010101u, b[h]);
+                    as[h] = (float)s[0];
+                }
+            }
+            const float da = ds[gi][16 * j + l16].x;
+#pragma unroll
+            for (int t = 0; t < 2; ++t) {
+                int c[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+#pragma unroll
+                for (int h = 0; h < 2; ++h) tandem_cdna_i8h(c[h], v[t][h], b[h]);
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    float in = fmaf(sr[t][1][i], (float)c[1][i], sr[t][0][i] * (float)c[0][i]);
+                    if constexpr (T::MIN) in = fmaf(-mr[t][1][i], as[1], fmaf(-mr[t][0][i], as[0], in));
+                    float& o = acc[4 * t + j][i];
+                    o = fmaf(da, in, o);
+                }
+            }
+        }
+    }
+#else
+    (void)w0, (void)w1, (void)a, (void)ds;
+    tandem_acc_nan(acc);
+#endif
+}
+
 // One 64 x 64 output tile: weight rows row0 .. row0 + 64 (row r at wb + r * nb01, m rows, k
 // values) against the 64 q8_1 columns the map gives; with WM on the WMMA tiles in layout `lay`.
 template <typename T, typename C, bool WM = false>
@@ -869,8 +1156,13 @@ TANDEM_DEVICE void tandem_mmq_tile(tandem_mmq_smem<T>& sm, const u8* wb, i64 nb0
     // windows, less st * STEP.
     const u64 r0 = (u64)wb + (u64)((row0 + 16 * warp + qr) * nb01);
     const int lead0 = (int)(r0 & 15u), lead1 = (int)((r0 + 8 * (u64)nb01) & 15u);
-    // The same for the WMMA tiles' row of this lane (16 warp + lane % 16).
+    // The same for the WMMA tiles' row of this lane (16 warp + lane % 16), and for the CDNA tiles'
+    // two (32 wave + lane % 16 and + 16, wave = thread / 64).
     const int lead_w = (int)(((u64)wb + (u64)((row0 + 16 * warp + lane % 16) * nb01)) & 15u);
+    const bool cdna = WM && lay == TANDEM_CDNA_LAYOUT;
+    const int wave = threadIdx.x / 64;
+    const u64 rc = (u64)wb + (u64)((row0 + 32 * wave + lane % 16) * nb01);
+    const int lead_c0 = (int)(rc & 15u), lead_c1 = (int)((rc + 16 * (u64)nb01) & 15u);
     const i64 steps = (k / 32 + T::KG - 1) / T::KG;
     float acc[8][4];
 #pragma unroll
@@ -891,7 +1183,16 @@ TANDEM_DEVICE void tandem_mmq_tile(tandem_mmq_smem<T>& sm, const u8* wb, i64 nb0
         __syncthreads();
         if constexpr (WM) {
             const u8* wr = sm.w[buf] + (16 * warp + lane % 16) * RP;
-            if constexpr (T::HALVES) {
+            const u8* wc = sm.w[buf] + (32 * wave + lane % 16) * RP;
+            if (cdna) {
+                if constexpr (T::HALVES) {
+                    const int o = (int)((st * T::STEP) % 16);
+                    tandem_cdna_halves<T>(acc, wc + ((lead_c0 + o) & 15), wc + 16 * RP + ((lead_c1 + o) & 15),
+                                          sm.a[buf], sm.ds[buf]);
+                } else {
+                    tandem_cdna_step<T>(acc, wc, wc + 16 * RP, sm.a[buf], sm.ds[buf]);
+                }
+            } else if constexpr (T::HALVES) {
                 const int o = (int)((st * T::STEP) % 16);
                 tandem_wmma_halves<T>(acc, wr + ((lead_w + o) & 15), sm.a[buf], sm.ds[buf], lay);
             } else {
@@ -951,6 +1252,21 @@ TANDEM_DEVICE void tandem_mmq_tile(tandem_mmq_smem<T>& sm, const u8* wb, i64 nb0
 #endif
         }
         __syncthreads();  // buffer `buf` is refilled by the next step's copies
+    }
+    if (cdna) {
+        // acc[4 t + j][i]: row 32 wave + 16 t + 4 q + i, column 16 j + l16 (q = lane / 16 of 64).
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            char* o = cols.out(16 * j + lane % 16);
+#pragma unroll
+            for (int t = 0; t < 2; ++t)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const i64 row = row0 + 32 * wave + 16 * t + 4 * (threadIdx.x % 64 / 16) + i;
+                    if (row < m && o != nullptr) *(float*)(o + row * 4) = acc[4 * t + j][i];
+                }
+        }
+        return;
     }
     if constexpr (WM) {
 #pragma unroll
@@ -1631,6 +1947,31 @@ TANDEM_DEVICE void tandem_wmma_f16_step(float (&acc)[2][4][4], const u8* sa, con
 #endif
 }
 
+// The same on the CDNA tiles for this wave's 32 rows (row l16 of its first 16 at sa) against the
+// 64 columns (column l16 of the first 16 at sb): acc[mt][nt][i] is row 16 mt + 4 q + i of the
+// wave's 32, column 16 nt + l16.
+template <typename L = int>
+TANDEM_DEVICE void tandem_cdna_f16_step(float (&acc)[2][4][4], const u8* sa, const u8* sb) {
+#if defined(TANDEM_CDNA_RUNS)
+    const int q = threadIdx.x % 64 / 16;
+#pragma unroll
+    for (int ks = 0; ks < TANDEM_MMH_BK / 16; ++ks) {
+        uint2 fa[2], fb[4];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) fa[mt] = *(const uint2*)(sa + mt * 16 * TANDEM_MMH_ROW + 32 * ks + 8 * q);
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) fb[nt] = *(const uint2*)(sb + nt * 16 * TANDEM_MMH_ROW + 32 * ks + 8 * q);
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) tandem_cdna_h16<L>(acc[mt][nt], fa[mt].x, fa[mt].y, fb[nt].x, fb[nt].y);
+    }
+#else
+    (void)sa, (void)sb;
+    tandem_acc_nan(acc);
+#endif
+}
+
 template <bool WM = false>
 TANDEM_DEVICE void tandem_mma_f16_tile(const char* w, const u16* xh, char* dst, const tandem_mm_shape& s,
                                        int lay = 0) {
@@ -1675,8 +2016,13 @@ TANDEM_DEVICE void tandem_mma_f16_tile(const char* w, const u16* xh, char* dst, 
         }
         tandem_cp_commit();
         if constexpr (WM) {
-            tandem_wmma_f16_step(acc, sm.a[buf] + (wm * 32 + lane % 16) * TANDEM_MMH_ROW,
-                                 sm.b[buf] + (wn * 32 + lane % 16) * TANDEM_MMH_ROW, lay);
+            if (lay == TANDEM_CDNA_LAYOUT) {
+                tandem_cdna_f16_step(acc, sm.a[buf] + (threadIdx.x / 64 * 32 + lane % 16) * TANDEM_MMH_ROW,
+                                     sm.b[buf] + (lane % 16) * TANDEM_MMH_ROW);
+            } else {
+                tandem_wmma_f16_step(acc, sm.a[buf] + (wm * 32 + lane % 16) * TANDEM_MMH_ROW,
+                                     sm.b[buf] + (wn * 32 + lane % 16) * TANDEM_MMH_ROW, lay);
+            }
             continue;
         }
 #if defined(TANDEM_MMA_ENABLED)
@@ -1708,6 +2054,22 @@ TANDEM_DEVICE void tandem_mma_f16_tile(const char* w, const u16* xh, char* dst, 
     }
     tandem_cp_wait<0>();
     const tandem_mma_dense_cols cols = tandem_mma_dense(dst, b, s, col0);
+    if (WM && lay == TANDEM_CDNA_LAYOUT) {
+        // acc[mt][nt][i]: row 16 mt + 4 q + i of the wave's 32 (wave = thread / 64, q = its lane
+        // / 16), column 16 nt + lane % 16.
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+            char* o = cols.out(16 * nt + lane % 16);
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const i64 r = row0 + threadIdx.x / 64 * 32 + 16 * mt + 4 * (threadIdx.x % 64 / 16) + i;
+                    if (r < s.m && o != nullptr) *(float*)(o + r * 4) = acc[mt][nt][i];
+                }
+        }
+        return;
+    }
     if constexpr (WM) {
         // acc[mt][2 nt + i / 4][i % 4]: row 16 mt + tandem_wmma_row(lay, i) of the warp's 32,
         // column 16 nt + lane % 16 of its 32.
@@ -2751,77 +3113,89 @@ TANDEM_MMQ_SB_KERNEL tandem_mmid_mma_q3_K(TANDEM_MMID_ARGS) {
 TANDEM_MMQ_SB_KERNEL tandem_mmid_mma_q6_K(TANDEM_MMID_ARGS) {
     tandem_mmid_mmq<tandem_mmq_step<tandem_mmvw_q6_K, 8>>(w, aq, ads, counts, lists, dst, s);
 }
-// The WMMA tiles (AMD gfx11 / gfx12; emulated on NVIDIA): only in the "wmma" family's build.
+// The WMMA tiles (AMD gfx11 / gfx12), and in layout 9 the CDNA tiles (gfx908 .. gfx950); both
+// emulated on NVIDIA: only in the "wmma" family's build.
 #if defined(TANDEM_WMMA_ENTRIES)
 #define TANDEM_WMMA_ARGS TANDEM_MMA_ARGS_Q, int lay
 #define TANDEM_MMID_WMMA_ARGS TANDEM_MMID_ARGS, int lay
-TANDEM_MMA_KERNEL tandem_wmma_f16(const char* w, const u16* xh, char* dst, tandem_mm_shape s, int lay) {
+#if defined(TANDEM_CDNA_NATIVE)
+// A CDNA compute unit's 64 KiB of LDS hold one block of the f16 tiles (45 KiB) and at most two of
+// the integer ones (32-64 KiB): at most one wave per SIMD, so each may take its registers.
+#define TANDEM_WMMA_F16_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_MMA_THREADS, 1)
+#define TANDEM_WMMA_Q_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_MMQ_THREADS, 1)
+#define TANDEM_WMMA_SB_KERNEL TANDEM_WMMA_Q_KERNEL
+#else
+#define TANDEM_WMMA_F16_KERNEL TANDEM_MMA_KERNEL
+#define TANDEM_WMMA_Q_KERNEL TANDEM_MMQ_KERNEL
+#define TANDEM_WMMA_SB_KERNEL TANDEM_MMQ_SB_KERNEL
+#endif
+TANDEM_WMMA_F16_KERNEL tandem_wmma_f16(const char* w, const u16* xh, char* dst, tandem_mm_shape s, int lay) {
     tandem_mma_f16_tile<true>(w, xh, dst, s, lay);
 }
-TANDEM_MMQ_KERNEL tandem_wmma_q4_0(TANDEM_WMMA_ARGS) {
+TANDEM_WMMA_Q_KERNEL tandem_wmma_q4_0(TANDEM_WMMA_ARGS) {
     tandem_mmq_quant<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q4_0>, 4>, true>(w, aq, ads, dst, s, lay);
 }
-TANDEM_MMQ_KERNEL tandem_wmma_q4_1(TANDEM_WMMA_ARGS) {
+TANDEM_WMMA_Q_KERNEL tandem_wmma_q4_1(TANDEM_WMMA_ARGS) {
     tandem_mmq_quant<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q4_1>, 4>, true>(w, aq, ads, dst, s, lay);
 }
-TANDEM_MMQ_KERNEL tandem_wmma_q5_0(TANDEM_WMMA_ARGS) {
+TANDEM_WMMA_Q_KERNEL tandem_wmma_q5_0(TANDEM_WMMA_ARGS) {
     tandem_mmq_quant<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q5_0>, 4>, true>(w, aq, ads, dst, s, lay);
 }
-TANDEM_MMQ_KERNEL tandem_wmma_q5_1(TANDEM_WMMA_ARGS) {
+TANDEM_WMMA_Q_KERNEL tandem_wmma_q5_1(TANDEM_WMMA_ARGS) {
     tandem_mmq_quant<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q5_1>, 4>, true>(w, aq, ads, dst, s, lay);
 }
-TANDEM_MMQ_KERNEL tandem_wmma_q8_0(TANDEM_WMMA_ARGS) {
+TANDEM_WMMA_Q_KERNEL tandem_wmma_q8_0(TANDEM_WMMA_ARGS) {
     tandem_mmq_quant<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q8_0>, 4>, true>(w, aq, ads, dst, s, lay);
 }
-TANDEM_MMQ_KERNEL tandem_wmma_iq4_nl(TANDEM_WMMA_ARGS) {
+TANDEM_WMMA_Q_KERNEL tandem_wmma_iq4_nl(TANDEM_WMMA_ARGS) {
     tandem_mmq_quant<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_iq4_nl>, 4>, true>(w, aq, ads, dst, s, lay);
 }
-TANDEM_MMQ_SB_KERNEL tandem_wmma_q4_K(TANDEM_WMMA_ARGS) {
+TANDEM_WMMA_SB_KERNEL tandem_wmma_q4_K(TANDEM_WMMA_ARGS) {
     tandem_mmq_quant<tandem_mmq_step<tandem_mmvw_q4_K, 8>, true>(w, aq, ads, dst, s, lay);
 }
-TANDEM_MMQ_SB_KERNEL tandem_wmma_q5_K(TANDEM_WMMA_ARGS) {
+TANDEM_WMMA_SB_KERNEL tandem_wmma_q5_K(TANDEM_WMMA_ARGS) {
     tandem_mmq_quant<tandem_mmq_step<tandem_mmvw_q5_K, 8>, true>(w, aq, ads, dst, s, lay);
 }
-TANDEM_MMQ_SB_KERNEL tandem_wmma_q2_K(TANDEM_WMMA_ARGS) {
+TANDEM_WMMA_SB_KERNEL tandem_wmma_q2_K(TANDEM_WMMA_ARGS) {
     tandem_mmq_quant<tandem_mmq_step<tandem_mmvw_q2_K, 8>, true>(w, aq, ads, dst, s, lay);
 }
-TANDEM_MMQ_SB_KERNEL tandem_wmma_q3_K(TANDEM_WMMA_ARGS) {
+TANDEM_WMMA_SB_KERNEL tandem_wmma_q3_K(TANDEM_WMMA_ARGS) {
     tandem_mmq_quant<tandem_mmq_step<tandem_mmvw_q3_K, 8>, true>(w, aq, ads, dst, s, lay);
 }
-TANDEM_MMQ_SB_KERNEL tandem_wmma_q6_K(TANDEM_WMMA_ARGS) {
+TANDEM_WMMA_SB_KERNEL tandem_wmma_q6_K(TANDEM_WMMA_ARGS) {
     tandem_mmq_quant<tandem_mmq_step<tandem_mmvw_q6_K, 8>, true>(w, aq, ads, dst, s, lay);
 }
-TANDEM_MMQ_KERNEL tandem_mmid_wmma_q4_0(TANDEM_MMID_WMMA_ARGS) {
+TANDEM_WMMA_Q_KERNEL tandem_mmid_wmma_q4_0(TANDEM_MMID_WMMA_ARGS) {
     tandem_mmid_mmq<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q4_0>, 4>, true>(w, aq, ads, counts, lists, dst, s, lay);
 }
-TANDEM_MMQ_KERNEL tandem_mmid_wmma_q4_1(TANDEM_MMID_WMMA_ARGS) {
+TANDEM_WMMA_Q_KERNEL tandem_mmid_wmma_q4_1(TANDEM_MMID_WMMA_ARGS) {
     tandem_mmid_mmq<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q4_1>, 4>, true>(w, aq, ads, counts, lists, dst, s, lay);
 }
-TANDEM_MMQ_KERNEL tandem_mmid_wmma_q5_0(TANDEM_MMID_WMMA_ARGS) {
+TANDEM_WMMA_Q_KERNEL tandem_mmid_wmma_q5_0(TANDEM_MMID_WMMA_ARGS) {
     tandem_mmid_mmq<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q5_0>, 4>, true>(w, aq, ads, counts, lists, dst, s, lay);
 }
-TANDEM_MMQ_KERNEL tandem_mmid_wmma_q5_1(TANDEM_MMID_WMMA_ARGS) {
+TANDEM_WMMA_Q_KERNEL tandem_mmid_wmma_q5_1(TANDEM_MMID_WMMA_ARGS) {
     tandem_mmid_mmq<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q5_1>, 4>, true>(w, aq, ads, counts, lists, dst, s, lay);
 }
-TANDEM_MMQ_KERNEL tandem_mmid_wmma_q8_0(TANDEM_MMID_WMMA_ARGS) {
+TANDEM_WMMA_Q_KERNEL tandem_mmid_wmma_q8_0(TANDEM_MMID_WMMA_ARGS) {
     tandem_mmid_mmq<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q8_0>, 4>, true>(w, aq, ads, counts, lists, dst, s, lay);
 }
-TANDEM_MMQ_KERNEL tandem_mmid_wmma_iq4_nl(TANDEM_MMID_WMMA_ARGS) {
+TANDEM_WMMA_Q_KERNEL tandem_mmid_wmma_iq4_nl(TANDEM_MMID_WMMA_ARGS) {
     tandem_mmid_mmq<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_iq4_nl>, 4>, true>(w, aq, ads, counts, lists, dst, s, lay);
 }
-TANDEM_MMQ_SB_KERNEL tandem_mmid_wmma_q4_K(TANDEM_MMID_WMMA_ARGS) {
+TANDEM_WMMA_SB_KERNEL tandem_mmid_wmma_q4_K(TANDEM_MMID_WMMA_ARGS) {
     tandem_mmid_mmq<tandem_mmq_step<tandem_mmvw_q4_K, 8>, true>(w, aq, ads, counts, lists, dst, s, lay);
 }
-TANDEM_MMQ_SB_KERNEL tandem_mmid_wmma_q5_K(TANDEM_MMID_WMMA_ARGS) {
+TANDEM_WMMA_SB_KERNEL tandem_mmid_wmma_q5_K(TANDEM_MMID_WMMA_ARGS) {
     tandem_mmid_mmq<tandem_mmq_step<tandem_mmvw_q5_K, 8>, true>(w, aq, ads, counts, lists, dst, s, lay);
 }
-TANDEM_MMQ_SB_KERNEL tandem_mmid_wmma_q2_K(TANDEM_MMID_WMMA_ARGS) {
+TANDEM_WMMA_SB_KERNEL tandem_mmid_wmma_q2_K(TANDEM_MMID_WMMA_ARGS) {
     tandem_mmid_mmq<tandem_mmq_step<tandem_mmvw_q2_K, 8>, true>(w, aq, ads, counts, lists, dst, s, lay);
 }
-TANDEM_MMQ_SB_KERNEL tandem_mmid_wmma_q3_K(TANDEM_MMID_WMMA_ARGS) {
+TANDEM_WMMA_SB_KERNEL tandem_mmid_wmma_q3_K(TANDEM_MMID_WMMA_ARGS) {
     tandem_mmid_mmq<tandem_mmq_step<tandem_mmvw_q3_K, 8>, true>(w, aq, ads, counts, lists, dst, s, lay);
 }
-TANDEM_MMQ_SB_KERNEL tandem_mmid_wmma_q6_K(TANDEM_MMID_WMMA_ARGS) {
+TANDEM_WMMA_SB_KERNEL tandem_mmid_wmma_q6_K(TANDEM_MMID_WMMA_ARGS) {
     tandem_mmid_mmq<tandem_mmq_step<tandem_mmvw_q6_K, 8>, true>(w, aq, ads, counts, lists, dst, s, lay);
 }
 #endif

@@ -213,8 +213,8 @@ mod tests {
         mmid_mma_config, mmid_mma_entry, mmid_wmma_entry, mmq_shared_bytes, mmv_config, mmv_entry, mmv_fits,
         mmv_shared_bytes, quantize_config, rows_per_wave, split_sum_config, wgmma_config, wgmma_entry,
         wgmma_f16_config, wgmma_fits, wgmma_shared_bytes, wgmma_takes, wgmmq_config, wgmmq_entry, wgmmq_fits,
-        wgmmq_shared_bytes, wmma_entry, wmma_native_layout, MmSplit, GEMM_FAMILY, GEMV_FAMILY, GEMV_FLOAT_ROWS,
-        GEMV_FUSED_ACT_BYTES, MMA_COPY_VALUES, QUANTIZE_VALUES, WMMA_FAMILY,
+        wgmmq_shared_bytes, wmma_entry, wmma_native_layout, MmSplit, AMD_BLOCK_LDS, GEMM_FAMILY, GEMV_FAMILY,
+        GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES, MMA_COPY_VALUES, QUANTIZE_VALUES, WMMA_FAMILY,
     };
     use super::*;
     use crate::gpu::api::DevicePtr;
@@ -443,12 +443,27 @@ mod tests {
             ("gfx1100:xnack-", Some(11)),
             ("gfx1201", Some(12)),
             ("gfx1030", None),
-            ("gfx90a", None),
-            ("gfx942", None),
+            ("gfx908", Some(9)),
+            ("gfx90a", Some(9)),
+            ("gfx90a:sramecc+:xnack-", Some(9)),
+            ("gfx942", Some(9)),
+            ("gfx950", Some(9)),
+            ("gfx900", None),
+            ("gfx906", None),
             ("sm_90a", None),
             ("gfx", None),
         ] {
             assert_eq!(wmma_native_layout(arch), layout, "{arch}");
+        }
+        // The integer tiles' shared memory against AMD's 64 KiB per workgroup: every type but
+        // q6_K (72 KiB) fits, so q6_K prefill stays on the portable GEMM on AMD devices.
+        for ty in TYPES.into_iter().filter(|t| t.is_quantized()) {
+            assert_eq!(
+                mmq_shared_bytes(ty) <= AMD_BLOCK_LDS,
+                ty != ElemType::Q6K,
+                "{ty}: {}",
+                mmq_shared_bytes(ty)
+            );
         }
     }
 
@@ -807,10 +822,11 @@ mod tests {
     #[test]
     fn launch_constants_and_shapes_match_the_kernel_sources() {
         use super::super::matmul_launch::{
-            GEMM_THREADS, GEMM_TILE, GEMV_CHUNK, GEMV_FLOAT_ROWS, GEMV_THREADS, MMA_COPY_VALUES, MMA_THREADS,
-            MMA_TILE_M, MMA_TILE_N, MMID_MAX_EXPERTS, MMQ_THREADS, MMQ_TILE_M, MMQ_TILE_N, MMV_COLUMNS, MMV_GROUPS,
-            MMV_ROWS, MMV_THREADS, QUANTIZE_VALUES, SPLIT_SUM_COLUMNS, SPLIT_SUM_THREADS, WGMMA_QSTAGES, WGMMA_STAGES,
-            WGMMA_THREADS, WGMMA_TILE_M, WGMMA_TILE_N, WGMMQ_STAGES, WGMMQ_THREADS, WGMMQ_TILE_M, WGMMQ_TILE_N,
+            CDNA_LAYOUT, GEMM_THREADS, GEMM_TILE, GEMV_CHUNK, GEMV_FLOAT_ROWS, GEMV_THREADS, MMA_COPY_VALUES,
+            MMA_THREADS, MMA_TILE_M, MMA_TILE_N, MMID_MAX_EXPERTS, MMQ_THREADS, MMQ_TILE_M, MMQ_TILE_N, MMV_COLUMNS,
+            MMV_GROUPS, MMV_ROWS, MMV_THREADS, QUANTIZE_VALUES, SPLIT_SUM_COLUMNS, SPLIT_SUM_THREADS, WGMMA_QSTAGES,
+            WGMMA_STAGES, WGMMA_THREADS, WGMMA_TILE_M, WGMMA_TILE_N, WGMMQ_STAGES, WGMMQ_THREADS, WGMMQ_TILE_M,
+            WGMMQ_TILE_N,
         };
         let src = |family| tandem_kernels_hip::find(family).unwrap().source;
         let (gemv, gemm, mma) = (src("gemv"), src("gemm"), src("mma"));
@@ -825,6 +841,7 @@ mod tests {
             (gemm, format!("#define TANDEM_MM_BM {GEMM_TILE}\n")),
             (gemm, format!("#define TANDEM_MM_BN {GEMM_TILE}\n")),
             (mma, format!("#define TANDEM_MMA_THREADS {MMA_THREADS}\n")),
+            (mma, format!("#define TANDEM_CDNA_LAYOUT {CDNA_LAYOUT}\n")),
             (mma, format!("#define TANDEM_MMA_BM {MMA_TILE_M}\n")),
             (mma, format!("#define TANDEM_MMA_BN {MMA_TILE_N}\n")),
             (mma, format!("#define TANDEM_WGMMA_THREADS {WGMMA_THREADS}\n")),

@@ -441,26 +441,44 @@ pub fn mmid_wmma_entry(ty: ElemType) -> Option<&'static str> {
     })
 }
 
-/// The WMMA register layout of AMD compile target `arch` (`gfx1100:xnack-` and the like): 11 for
-/// RDNA3 (gfx110x, gfx115x), 12 for RDNA4 (gfx120x); none elsewhere.
+/// The matrix-instruction register layout of AMD compile target `arch` (`gfx1100:xnack-` and the
+/// like) that the `wmma` family's tiles take: 11 for RDNA3 (gfx110x, gfx115x), 12 for RDNA4
+/// (gfx120x), 9 for CDNA's MFMA (gfx908, gfx90a, gfx940-942, gfx950; wave64); none elsewhere.
 pub fn wmma_native_layout(arch: &str) -> Option<i32> {
-    let digits = arch.strip_prefix("gfx")?.get(..3)?;
-    match digits {
+    let chip = arch.strip_prefix("gfx")?;
+    let chip = chip.split(':').next().unwrap_or(chip);
+    match chip {
+        "908" | "90a" | "940" | "941" | "942" | "950" => return Some(CDNA_LAYOUT),
+        _ => {}
+    }
+    match chip.get(..3)? {
         "110" | "115" => Some(11),
         "120" => Some(12),
         _ => None,
     }
 }
 
-/// The layout the launchers run the WMMA tiles in on a device of compile target `arch`: the
-/// native one on AMD gfx11 / gfx12, on NVIDIA the emulated one `TANDEM_WMMA_EMULATE` names; none
-/// with `TANDEM_DISABLE_DISPATCH=hip.wmma`.
-fn wmma_layout(arch: &str) -> Option<i32> {
+/// The layout value of CDNA's MFMA tiles (`TANDEM_CDNA_LAYOUT`).
+pub const CDNA_LAYOUT: i32 = 9;
+
+/// LDS one workgroup may use on AMD GPUs (64 KiB on gfx9 to gfx12; gfx950's 160 KiB is not
+/// counted on).
+pub const AMD_BLOCK_LDS: u32 = 64 * 1024;
+
+/// The layout the launchers run the `wmma` family's tiles in on a device of compile target `arch`
+/// for weights of `ty`: the native one on AMD gfx9 (CDNA) / gfx11 / gfx12 where the tiles' shared
+/// memory fits a workgroup's LDS (q6_K's 72 KiB does not: it stays on the portable GEMM there), on
+/// NVIDIA the emulated one `TANDEM_WMMA_EMULATE` names; none with
+/// `TANDEM_DISABLE_DISPATCH=hip.wmma`.
+fn wmma_layout(arch: &str, ty: ElemType) -> Option<i32> {
     let cfg = crate::config::Config::get();
     if cfg.is_disabled(WMMA_SWITCH) {
         return None;
     }
-    wmma_native_layout(arch).or_else(|| cfg.wmma_emulate.filter(|_| arch.starts_with("sm_")))
+    match wmma_native_layout(arch) {
+        Some(layout) => (mmq_shared_bytes(ty) <= AMD_BLOCK_LDS).then_some(layout),
+        None => cfg.wmma_emulate.filter(|_| arch.starts_with("sm_")),
+    }
 }
 
 /// The name `TANDEM_DISABLE_DISPATCH` takes to keep prefill off the Hopper warpgroup-mma GEMMs
@@ -1178,7 +1196,7 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
         _ => return Err(launch_error("gemm", "MUL_MAT without two sources")),
     };
     check_alignment("gemm", w, src1, node.dst)?;
-    if let (Some(entry), Some(layout)) = (wmma_entry(w.ty), wmma_layout(&ctx.info.arch)) {
+    if let (Some(entry), Some(layout)) = (wmma_entry(w.ty), wmma_layout(&ctx.info.arch, w.ty)) {
         let s = MulMatShape::new(node.dst, w, src1).ok_or_else(|| launch_error("gemm", "empty batch"))?;
         let fits = acts_copy_fits(uses_q8_1(w.ty), Q8Shape::of(src1).columns(), s.k);
         let tile_m = mma_tile(w.ty).1;
@@ -1324,7 +1342,7 @@ pub unsafe fn launch_mul_mat_id(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<
         return Err(launch_error("mul_mat_id", "ids data is not 4-byte aligned"));
     }
     let s = MulMatIdShape::new(node.dst, w, src1, ids);
-    let grouped = match (mmid_wmma_entry(w.ty), wmma_layout(&ctx.info.arch)) {
+    let grouped = match (mmid_wmma_entry(w.ty), wmma_layout(&ctx.info.arch, w.ty)) {
         (Some(entry), Some(layout)) => Some(GroupedTiles {
             family: WMMA_FAMILY,
             route: "tandem_wmma_route",
