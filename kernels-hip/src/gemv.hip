@@ -101,42 +101,6 @@ TANDEM_DEVICE float tandem_ld_half(const u8* p) {
     return tandem_f16_to_f32(*(const u16*)p);
 }
 
-// The m aligned 32-bit words from the 2-byte-aligned shared address `p` rounded down to 4 bytes
-// (up to 2 bytes past the last word p needs: the stages are padded); returns p's bit offset in
-// the first. Fewer loads than two 16-bit halves per word, and no divergence between lanes whose
-// blocks start on different halves of a word.
-template <int M>
-TANDEM_DEVICE int tandem_aligned_words(const u8* p, u32 (&w)[M]) {
-    // p minus its offset, not an integer cast: the compiler keeps knowing it is shared memory.
-    const int off = (int)((u64)p & 2);
-    const u32* a = (const u32*)(p - off);
-#pragma unroll
-    for (int i = 0; i < M; ++i) w[i] = a[i];
-    return off * 8;
-}
-// Bits sh .. sh + 31 of the 64-bit hi:lo (sh <= 32).
-TANDEM_DEVICE u32 tandem_shr64(u32 lo, u32 hi, int sh) {
-    return (u32)((((u64)hi << 32) | lo) >> sh);
-}
-// The n words at p (2-byte aligned): word i holds bytes 4i .. 4i + 3 of p.
-template <int N>
-TANDEM_DEVICE void tandem_words_a2(const u8* p, u32 (&v)[N]) {
-    u32 w[N + 1];
-    const int sh = tandem_aligned_words<N + 1>(p, w);
-#pragma unroll
-    for (int i = 0; i < N; ++i) v[i] = tandem_shr64(w[i], w[i + 1], sh);
-}
-// The f16 at p (2-byte aligned) and the n words after it (bytes 2 + 4i ..), from the same n + 1
-// aligned loads.
-template <int N>
-TANDEM_DEVICE float tandem_half_words_a2(const u8* p, u32 (&v)[N]) {
-    u32 w[N + 1];
-    const int sh = tandem_aligned_words<N + 1>(p, w);
-#pragma unroll
-    for (int i = 0; i < N; ++i) v[i] = tandem_shr64(w[i], w[i + 1], 16 + sh);
-    return tandem_f16_to_f32((u16)(w[0] >> sh));
-}
-
 // Byte i of the result holds bit i of `bits` (i < 4) at bit 4: the fifth bit of q5 weights.
 TANDEM_DEVICE u32 tandem_spread4(u32 bits) {
     return ((bits & 1u) << 4) | ((bits & 2u) << 11) | ((bits & 4u) << 18) | ((bits & 8u) << 25);

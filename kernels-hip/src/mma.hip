@@ -364,16 +364,25 @@ TANDEM_DEVICE u32 tandem_mma_lo4(u32 v) { return v & 0x0F0F0F0Fu; }
 TANDEM_DEVICE u32 tandem_mma_hi4(u32 v) { return (v >> 4) & 0x0F0F0F0Fu; }
 
 // frag(b, c, lo, hi, d, m): values 4c .. 4c + 3 (lo) and 16 + 4c .. 16 + 4c + 3 (hi) of the
-// block at b as signed bytes; its weights are d * q + m.
+// block at b as signed bytes; its weights are d * q + m. The blocks of an f16 d and WORDS 32-bit
+// words (q4_0, q5_0, q8_0, iq4_nl; 2-byte aligned) also have frag_w(v, c, lo, hi): the same
+// values from the words as tandem_half_words_a2 reads them (m = 0), for a thread that unpacks a
+// whole block.
 struct tandem_mmf_q4_0 {
     static constexpr int BYTES = 18;
     static constexpr bool MIN = false;
-    static __device__ __forceinline__ void frag(const u8* b, int c, u32& lo, u32& hi, float& d, float& m) {
-        const u32 v = tandem_mma_ld32(b + 2 + 4 * c);
+    static constexpr int WORDS = 4;
+    static __device__ __forceinline__ void quad(u32 v, u32& lo, u32& hi) {
         lo = tandem_mma_unbias(tandem_mma_lo4(v), 0x08080808u);
         hi = tandem_mma_unbias(tandem_mma_hi4(v), 0x08080808u);
+    }
+    static __device__ __forceinline__ void frag(const u8* b, int c, u32& lo, u32& hi, float& d, float& m) {
+        quad(tandem_mma_ld32(b + 2 + 4 * c), lo, hi);
         d = tandem_mma_half(b);
         m = 0.0f;
+    }
+    static __device__ __forceinline__ void frag_w(const u32 (&v)[WORDS], int c, u32& lo, u32& hi) {
+        quad(v[c], lo, hi);
     }
 };
 struct tandem_mmf_q4_1 {
@@ -390,13 +399,18 @@ struct tandem_mmf_q4_1 {
 struct tandem_mmf_q5_0 {
     static constexpr int BYTES = 22;
     static constexpr bool MIN = false;
-    static __device__ __forceinline__ void frag(const u8* b, int c, u32& lo, u32& hi, float& d, float& m) {
-        const u32 qh = tandem_mma_ld32(b + 2);
-        const u32 v = tandem_mma_ld32(b + 6 + 4 * c);
+    static constexpr int WORDS = 5;
+    static __device__ __forceinline__ void quad(u32 qh, u32 v, int c, u32& lo, u32& hi) {
         lo = tandem_mma_unbias(tandem_mma_lo4(v) | tandem_mma_spread4(qh >> (4 * c)), 0x10101010u);
         hi = tandem_mma_unbias(tandem_mma_hi4(v) | tandem_mma_spread4(qh >> (16 + 4 * c)), 0x10101010u);
+    }
+    static __device__ __forceinline__ void frag(const u8* b, int c, u32& lo, u32& hi, float& d, float& m) {
+        quad(tandem_mma_ld32(b + 2), tandem_mma_ld32(b + 6 + 4 * c), c, lo, hi);
         d = tandem_mma_half(b);
         m = 0.0f;
+    }
+    static __device__ __forceinline__ void frag_w(const u32 (&v)[WORDS], int c, u32& lo, u32& hi) {
+        quad(v[0], v[1 + c], c, lo, hi);
     }
 };
 struct tandem_mmf_q5_1 {
@@ -414,22 +428,33 @@ struct tandem_mmf_q5_1 {
 struct tandem_mmf_q8_0 {
     static constexpr int BYTES = 34;
     static constexpr bool MIN = false;
+    static constexpr int WORDS = 8;
     static __device__ __forceinline__ void frag(const u8* b, int c, u32& lo, u32& hi, float& d, float& m) {
         lo = tandem_mma_ld32(b + 2 + 4 * c);
         hi = tandem_mma_ld32(b + 18 + 4 * c);
         d = tandem_mma_half(b);
         m = 0.0f;
     }
+    static __device__ __forceinline__ void frag_w(const u32 (&v)[WORDS], int c, u32& lo, u32& hi) {
+        lo = v[c];
+        hi = v[4 + c];
+    }
 };
 struct tandem_mmf_iq4_nl {
     static constexpr int BYTES = 18;
     static constexpr bool MIN = false;
-    static __device__ __forceinline__ void frag(const u8* b, int c, u32& lo, u32& hi, float& d, float& m) {
-        const u32 v = tandem_mma_ld32(b + 2 + 4 * c);
+    static constexpr int WORDS = 4;
+    static __device__ __forceinline__ void quad(u32 v, u32& lo, u32& hi) {
         lo = tandem_mma_iq4nl4(v);
         hi = tandem_mma_iq4nl4(v >> 4);
+    }
+    static __device__ __forceinline__ void frag(const u8* b, int c, u32& lo, u32& hi, float& d, float& m) {
+        quad(tandem_mma_ld32(b + 2 + 4 * c), lo, hi);
         d = tandem_mma_half(b);
         m = 0.0f;
+    }
+    static __device__ __forceinline__ void frag_w(const u32 (&v)[WORDS], int c, u32& lo, u32& hi) {
+        quad(v[c], lo, hi);
     }
 };
 
@@ -2764,6 +2789,16 @@ struct tandem_wgmmq_copies {
     }
 };
 
+// Whether block type T has frag_w (see tandem_mmf_q4_0).
+template <typename T, typename = void>
+struct tandem_mma_has_words {
+    static constexpr bool value = false;
+};
+template <typename T>
+struct tandem_mma_has_words<T, decltype((void)T::WORDS)> {
+    static constexpr bool value = true;
+};
+
 // Thread t: block t % 4 of row t / 4 of the raw step at `raw` (`lead` bytes into its staged row,
 // as tandem_wgmmq_copies::lead says; superblocks: group g0 + t % 4 of the staged superblock), as
 // int8 into the swizzled tile (values 0-15 in piece 2 (t % 4), 16-31 in the next) and its d, m
@@ -2783,6 +2818,15 @@ TANDEM_DEVICE void tandem_wgmmq_prepare(u8* tile, float* scales, float* act, con
         const u8* b = raw + r * L::WROW;
 #pragma unroll
         for (int c = 0; c < 4; ++c) T::frag(b, g0 + blk, c, lo[c], hi[c], d, m);
+    } else if constexpr (tandem_mma_has_words<T>::value) {
+        // The whole block from aligned 32-bit loads: about half the shared loads of frag()'s
+        // 16-bit pieces (2-byte-aligned blocks; the last of a row ends a word, so no read passes
+        // the staged row).
+        u32 v[T::WORDS];
+        d = tandem_half_words_a2<T::WORDS>(raw + r * L::WROW + lead + blk * T::BYTES, v);
+        m = 0.0f;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) T::frag_w(v, c, lo[c], hi[c]);
     } else {
         const u8* b = raw + r * L::WROW + lead + blk * T::BYTES;
 #pragma unroll
