@@ -49,7 +49,7 @@ cargo fmt --all -- --check
 step "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets --target-dir target/clippy -- -D warnings
 
-step "kernel compile check (NVRTC sm_90, clang-19 gfx1100/gfx1151/gfx1201)"
+step "kernel compile check (NVRTC sm_90, clang-19 gfx1100/gfx1151/gfx1201/gfx90a/gfx942)"
 CHECK_KERNELS_INSTALL=1 bash scripts/check-kernels.sh
 
 step "cargo test --workspace"
