@@ -1462,10 +1462,11 @@ struct tandem_mmvw_q4_K {
         const int shift = 4 * (g & 1);
         lo = (*(const u32*)(qs + 4 * c) >> shift) & 0x0F0F0F0Fu;
         hi = (*(const u32*)(qs + 16 + 4 * c) >> shift) & 0x0F0F0F0Fu;
+        float dd, dmin;
         int sc, mn;
-        tandem_scale_min_k4(r + 4, g, &sc, &mn);
-        d = tandem_mma_half(r) * (float)sc;
-        m = -tandem_mma_half(r + 2) * (float)mn;
+        tandem_dscale_min_k4(r, g, dd, dmin, sc, mn);
+        d = dd * (float)sc;
+        m = -dmin * (float)mn;
     }
 };
 // ... or of q5_K (q4_K plus qh[32] at 16 whose bit g is the group's fifth bit; qs at 48).
@@ -1481,10 +1482,11 @@ struct tandem_mmvw_q5_K {
         const u32 h1 = (*(const u32*)(r + 32 + 4 * c) >> g) & 0x01010101u;
         lo = ((*(const u32*)(qs + 4 * c) >> shift) & 0x0F0F0F0Fu) | (h0 << 4);
         hi = ((*(const u32*)(qs + 16 + 4 * c) >> shift) & 0x0F0F0F0Fu) | (h1 << 4);
+        float dd, dmin;
         int sc, mn;
-        tandem_scale_min_k4(r + 4, g, &sc, &mn);
-        d = tandem_mma_half(r) * (float)sc;
-        m = -tandem_mma_half(r + 2) * (float)mn;
+        tandem_dscale_min_k4(r, g, dd, dmin, sc, mn);
+        d = dd * (float)sc;
+        m = -dmin * (float)mn;
     }
 };
 

@@ -282,6 +282,24 @@ TANDEM_DEVICE void tandem_scale_min_k4(const u8* q, int g, int* sc, int* m) {
     }
 }
 
+// d, dmin and the 6-bit scale and min of group j (0..7) of a q4_K / q5_K block at b (4-byte
+// aligned), from its first 16 bytes read as four words: the same instructions on every lane
+// whatever its j (a branch on j < 4 would split the wave in two).
+TANDEM_DEVICE void tandem_dscale_min_k4(const u8* b, int j, float& d, float& dmin, int& sc, int& mn) {
+    const u32* w = (const u32*)b;
+    const u32 w0 = w[0], s2 = w[3];
+    const u64 lo = ((u64)w[2] << 32) | w[1];  // scale bytes 0..7
+    const int j4 = j & 3;
+    const u32 a = (u32)(lo >> (8 * j4)) & 0xffu;       // byte j % 4
+    const u32 c = (u32)(lo >> (8 * j4 + 32)) & 0xffu;  // byte j % 4 + 4
+    const u32 e = (s2 >> (8 * j4)) & 0xffu;            // byte j % 4 + 8
+    const bool hi = j >= 4;
+    sc = (int)(hi ? ((e & 15u) | ((a >> 6) << 4)) : (a & 63u));
+    mn = (int)(hi ? ((e >> 4) | ((c >> 6) << 4)) : (c & 63u));
+    d = tandem_f16_to_f32((u16)(w0 & 0xffffu));
+    dmin = tandem_f16_to_f32((u16)(w0 >> 16));
+}
+
 // q4_K: 8 groups of 32; groups 2p and 2p + 1 are the low and high nibbles of qs[32p .. 32p + 32].
 TANDEM_DEVICE float tandem_dequant_q4_K(const tandem_block_q4_K* b, int j) {
     const int g = j >> 5, i = j & 31;
