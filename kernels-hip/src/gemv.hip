@@ -380,50 +380,28 @@ TANDEM_DEVICE void tandem_mv_put(const uint4 (&r)[NV], u8* dst, const u8* src, i
 
 // ---------------------------------------------------------------- activations in the block
 
-// Four consecutive values x of a 32-value group held four to a thread by eight consecutive lanes
-// (8-aligned; the xor shuffles below 8 stay inside the group on any wave size), quantized as
-// tandem's CPU (and ggml's) q8_0 activation copy is: q = round(x * (1/d)), d = amax / 127, and
-// the scale used in the dot is d rounded to f16. Block dot products then equal the CPU's
-// exactly and a model's tokens do not depend on the device (only the f32 summation order
-// differs). Returns the four q as bytes (value e in byte e); d and the sum of the group's 32 q
-// come back to every thread (the q8_1 pair is (f16(d), f16(d) * sum), tandem_q8_pair). Every
-// lane of the wave calls it.
-TANDEM_DEVICE u32 tandem_q8_quad(const float (&x)[4], float& d, int& sum) {
-    float amax = fmaxf(fmaxf(fabsf(x[0]), fabsf(x[1])), fmaxf(fabsf(x[2]), fabsf(x[3])));
-    for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor(amax, o));
-    d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    u32 packed = 0;
-    sum = 0;
-    for (int e = 0; e < 4; ++e) {
-        const int v = (int)roundf(x[e] * id);
-        sum += v;
-        packed |= (u32)(u8)(i8)v << (8 * e);
-    }
-    for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor(sum, o);
-    return packed;
-}
-// A group's q8_1 (d, d * sum) pair, d rounded to f16 first.
-TANDEM_DEVICE float2 tandem_q8_pair(float d, int sum) {
-    const float dh = tandem_f16_to_f32(tandem_f32_to_f16(d));
-    return make_float2(dh, dh * (float)sum);
-}
-
-// Sixteen consecutive values x, half of a 32-value group, held by lanes 2i and 2i + 1 of a wave
-// (the xor-1 shuffles stay inside the pair on any wave size), quantized as tandem_q8_quad does:
-// the same d, q and sum, with one division and reciprocal per thread instead of per four values.
-// Writes the 16 q as bytes to q (value e in byte e % 4 of word e / 4); d and the sum of the
-// group's 32 q come back to both lanes. Every lane of the wave calls it.
-TANDEM_DEVICE void tandem_q8_half(const float (&x)[16], u32 (&q)[4], float& d, int& sum) {
-    float amax = 0.0f;
+// N consecutive values x (N = 4 or 16) of a 32-value group, held N to a thread by 32 / N
+// consecutive lanes (aligned: the xor shuffles below 32 / N stay inside the group on any wave
+// size), quantized as tandem's CPU (and ggml's) q8_0 activation copy is: q = round(x * (1/d)),
+// d = amax / 127, and the scale used in the dot is d rounded to f16. Block dot products then
+// equal the CPU's exactly and a model's tokens do not depend on the device (only the f32
+// summation order differs). Writes the N q as bytes to q (value e in byte e % 4 of word e / 4);
+// d and the sum of the group's 32 q come back to every thread of the group (the q8_1 pair is
+// (f16(d), f16(d) * sum), tandem_q8_pair). One division and reciprocal per thread, so the block
+// quantizer takes 16 values a thread. Every lane of the wave calls it.
+template <int N>
+TANDEM_DEVICE void tandem_q8_part(const float (&x)[N], u32 (&q)[N / 4], float& d, int& sum) {
+    static_assert(N == 4 || N == 16, "a group's 32 values over 8 or 2 lanes");
+    float amax = fabsf(x[0]);
 #pragma unroll
-    for (int e = 0; e < 16; ++e) amax = fmaxf(amax, fabsf(x[e]));
-    amax = fmaxf(amax, __shfl_xor(amax, 1));
+    for (int e = 1; e < N; ++e) amax = fmaxf(amax, fabsf(x[e]));
+#pragma unroll
+    for (int o = 16 / N; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor(amax, o));
     d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     sum = 0;
 #pragma unroll
-    for (int w = 0; w < 4; ++w) {
+    for (int w = 0; w < N / 4; ++w) {
         u32 packed = 0;
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
@@ -433,7 +411,13 @@ TANDEM_DEVICE void tandem_q8_half(const float (&x)[16], u32 (&q)[4], float& d, i
         }
         q[w] = packed;
     }
-    sum += __shfl_xor(sum, 1);
+#pragma unroll
+    for (int o = 16 / N; o > 0; o >>= 1) sum += __shfl_xor(sum, o);
+}
+// A group's q8_1 (d, d * sum) pair, d rounded to f16 first.
+TANDEM_DEVICE float2 tandem_q8_pair(float d, int sum) {
+    const float dh = tandem_f16_to_f32(tandem_f32_to_f16(d));
+    return make_float2(dh, dh * (float)sum);
 }
 
 // Whether columns at base (nb1 bytes apart) are contiguous and 16-byte aligned f32 values, read
@@ -500,7 +484,7 @@ TANDEM_DEVICE void tandem_mv_quantize_block(const char* base, i64 nb0, i64 nb1, 
                 u32 q[4];
                 float d;
                 int sum;
-                tandem_q8_half(x[u], q, d, sum);
+                tandem_q8_part<16>(x[u], q, d, sum);
                 if (h < halves) {
                     cq[h] = make_uint4(q[0], q[1], q[2], q[3]);
                     if ((h & 1) == 0) cd[h / 2] = tandem_q8_pair(d, sum);
@@ -1018,7 +1002,7 @@ TANDEM_DEVICE void tandem_mmid_float(const char* w, const char* src1, const char
 }
 
 // f32 activations to q8_1: four consecutive values per thread (one 16-byte load where the
-// column is contiguous and aligned), eight threads per 32-value group (tandem_q8_quad). Grid: x
+// column is contiguous and aligned), eight threads per 32-value group (tandem_q8_part). Grid: x
 // over k in 1024s, y over columns. k is a multiple of 32, so a group's threads are all inside k
 // or all past it.
 #define TANDEM_Q8_VALUES 4
@@ -1043,11 +1027,12 @@ tandem_quantize_q8_1(const char* src, i8* aq, float2* ads, tandem_q8_shape s) {
 #pragma unroll
             for (int e = 0; e < TANDEM_Q8_VALUES; ++e) x[e] = in ? *(const float*)(col + (i + e) * s.nb0) : 0.0f;
         }
+        u32 packed[1];
         float d;
         int sum;
-        const u32 packed = tandem_q8_quad(x, d, sum);
+        tandem_q8_part<TANDEM_Q8_VALUES>(x, packed, d, sum);
         if (in) {
-            *(u32*)(aq + c * s.k + i) = packed;
+            *(u32*)(aq + c * s.k + i) = packed[0];
             if ((i & 31) == 0) ads[c * groups + i / 32] = tandem_q8_pair(d, sum);
         }
     }
