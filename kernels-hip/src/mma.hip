@@ -2252,6 +2252,39 @@ TANDEM_DEVICE void tandem_wgmma_s8_32(int (&d)[16], u64 da, u64 db) {
 #endif
 }
 
+// Shared-memory matrix descriptor of a K-major tile with the 64-byte swizzle at p (rows of 64
+// bytes, 16-byte piece j of row r at piece j ^ ((r / 2) % 4), the tile 512-byte aligned): 512
+// bytes between groups of eight rows, swizzle mode 2 = 64 bytes.
+TANDEM_DEVICE u64 tandem_wgmma_desc64(const u8* p) {
+    const u64 a = tandem_smem_addr(p);
+    return ((a & 0x3ffffu) >> 4) | (1ull << 16) | ((u64)(512 >> 4) << 32) | (2ull << 62);
+}
+
+// x rounded to the nearest tf32 value (10 mantissa bits, the low 13 bits of the f32 zero).
+TANDEM_DEVICE float tandem_tf32(float x) {
+#if defined(TANDEM_WGMMA_ENABLED)
+    u32 r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return __uint_as_float(r);
+#else
+    return x;
+#endif
+}
+
+// D (64 x 32, f32, 16 per thread from d) += A (64 x 8, tf32, registers: rows i / 4 of the warp's
+// 16 (+ 8) and k = i % 4 (+ 4), lane i) * B (32 x 8, tf32, shared memory, descriptor)^T.
+TANDEM_DEVICE void tandem_wgmma_tf32_32(float* d, const u32 (&a)[4], u64 db) {
+#if defined(TANDEM_WGMMA_ENABLED)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+                 "}, {%16, %17, %18, %19}, %20, p, 1, 1;\n}"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+#endif
+}
+
 // How many of a thread's `most` copy rows, 32 apart, lie among the `left` rows from its first.
 TANDEM_DEVICE int tandem_wgmma_lim(i64 left, int most) {
     const i64 v = left <= 0 ? 0 : (left + 31) / 32;
@@ -2623,6 +2656,13 @@ TANDEM_DEVICE void tandem_wgmma_quant_tile(const char* w, const u16* xh, char* d
 // and issue the half's next mma, while the other half's mma runs: the tensor cores and the
 // scaling overlap within each warpgroup.
 //
+// The offsets' terms (q4_1, q5_1, q4_K: TMIN of tandem_wgmmq_layout) go to the tensor cores
+// instead, a fourth f32 instruction per output and group less: per step and half, two tf32 mma
+// m64n32k8 add sum_g m_w s_a of the step's four groups straight into the accumulators, with m_w
+// (at most 17 significant bits: f16 dmin times a 6-bit min) split exactly into two tf32 values
+// and s_a into two (dropping at most its lowest bits), so each offset is within about 2^-22 of
+// its f32 product. q5_K's larger staging leaves no room for the extra tiles; it keeps the fma.
+//
 // Copies: cp.async group j holds the activation rows of step j and the (d, s) pairs and raw
 // weight blocks of step j + 1, TANDEM_WGMMQ_STAGES - 1 groups ahead. During step s every thread
 // unpacks one block of step s + 1 (frag()) into the other of two swizzled weight tiles with its
@@ -2682,19 +2722,33 @@ struct tandem_wgmmq_layout {
     static constexpr int PAIRS = TANDEM_WGMMQ_KG * TANDEM_WGMMQ_BN * 8;
     static constexpr int STAGE = TANDEM_WGMMQ_TILE + PAIRS + (TANDEM_WGMMQ_BM * WROW + 1023) / 1024 * 1024;
     // Weight scales of a tile: d of row 8 j + 2 q + e (j < 16) and group g at (4 g + q) * SROW +
-    // 2 j + e, m at SCALE_M + the same. A thread's 8 rows of a half and group are 8 floats in a
-    // row; the rows of the four q lie 36 floats apart, so their 16-byte loads hit distinct banks.
+    // 2 j + e, m at SCALE_M + the same (FMIN). A thread's 8 rows of a half and group are 8 floats
+    // in a row; the rows of the four q lie 36 floats apart, so their 16-byte loads hit distinct
+    // banks.
     static constexpr int SROW = 36;
     static constexpr int SCALE_M = TANDEM_WGMMQ_KG * 4 * SROW;
-    static constexpr int SCALES = 2 * SCALE_M * 4;
-    // Activation scales of a step: d_a, n_a and s_a of tile column c and group g at KG c + g, in
-    // three arrays of ACT floats.
+    // Activation scales of a step: d_a, n_a and s_a (TMIN: s_a as two tf32, s1 and s2) of tile
+    // column c and group g at KG c + g, in arrays of ACT floats.
     static constexpr int ACT = TANDEM_WGMMQ_BN * TANDEM_WGMMQ_KG;
-    static constexpr int ACTS = 3 * ACT * 4;
-    static constexpr int STAGES_AT = (2 * TANDEM_WGMMQ_TILE + 2 * SCALES + 2 * ACTS + 1023) / 1024 * 1024;
+    // A tile's offsets as the tf32 B operand (TMIN): row r's 16 values (m1 of groups 0..3 twice,
+    // then m2 twice) in 64 bytes at 64 r, 64-byte swizzled.
+    static constexpr int MINS = TANDEM_WGMMQ_BM * 64;
+    // The types with an offset take it on the tensor cores (TMIN) where that layout fits the 227 KiB
+    // of shared memory a block may have (all but q5_K), else in f32 fma (FMIN).
+    static constexpr bool TMIN = T::MIN && (2 * TANDEM_WGMMQ_TILE + 2 * MINS + 2 * SCALE_M * 4 + 2 * 4 * ACT * 4 + 1023) /
+                                                       1024 * 1024 +
+                                                   TANDEM_WGMMQ_STAGES * STAGE + 1024 <=
+                                               227 * 1024;
+    static constexpr bool FMIN = T::MIN && !TMIN;
+    static constexpr int SCALES = (TMIN ? 1 : 2) * SCALE_M * 4;
+    static constexpr int ACTS = (TMIN ? 4 : 3) * ACT * 4;
+    static constexpr int STAGES_AT =
+        (2 * TANDEM_WGMMQ_TILE + (TMIN ? 2 * MINS : 0) + 2 * SCALES + 2 * ACTS + 1023) / 1024 * 1024;
     static_assert(SB ? RAW_ROW % 16 == 0 && RAW_ROW >= 128 : (RAW_ROW % 8 == 0 && TAIL >= 0 && TAIL + 8 <= 16),
                   "raw steps are whole 8-byte units, superblocks whole 16-byte units");
-    static_assert(STAGE % 1024 == 0 && TANDEM_WGMMQ_TILE % 1024 == 0, "swizzled tiles start 1024-byte aligned");
+    static_assert(STAGE % 1024 == 0 && TANDEM_WGMMQ_TILE % 1024 == 0 && MINS % 1024 == 0,
+                  "swizzled tiles start 1024-byte aligned");
+    static_assert(STAGES_AT + TANDEM_WGMMQ_STAGES * STAGE + 1024 <= 227 * 1024, "a block's shared memory");
 };
 
 // A thread's copies of each step: 16-byte piece t % 8 of the int8 rows of tile columns t / 8 +
@@ -2803,11 +2857,12 @@ struct tandem_mma_has_words<T, decltype((void)T::WORDS)> {
 
 // Thread t: block t % 4 of row t / 4 of the raw step at `raw` (`lead` bytes into its staged row,
 // as tandem_wgmmq_copies::lead says; superblocks: group g0 + t % 4 of the staged superblock), as
-// int8 into the swizzled tile (values 0-15 in piece 2 (t % 4), 16-31 in the next) and its d, m
-// into `scales`; and pair t of the copied step at `pairs` into `act`.
+// int8 into the swizzled tile (values 0-15 in piece 2 (t % 4), 16-31 in the next) and its d into
+// `scales`, its m there too (FMIN) or as m1 = tf32(m), m2 = m - m1 into `mins` (TMIN: exact, as m
+// has at most 17 significant bits); and pair t of the copied step at `pairs` into `act`.
 template <typename T>
-TANDEM_DEVICE void tandem_wgmmq_prepare(u8* tile, float* scales, float* act, const u8* raw, const u8* pairs,
-                                         int lead, int g0) {
+TANDEM_DEVICE void tandem_wgmmq_prepare(u8* tile, float* scales, u8* mins, float* act, const u8* raw,
+                                         const u8* pairs, int lead, int g0) {
     using L = tandem_wgmmq_layout<T>;
     // The pair first: read after the stores below, it would wait out its latency there.
     const int p = threadIdx.x;
@@ -2837,11 +2892,42 @@ TANDEM_DEVICE void tandem_wgmmq_prepare(u8* tile, float* scales, float* act, con
     *(uint4*)(tile + tandem_wgmma_at(r, 2 * blk)) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
     *(uint4*)(tile + tandem_wgmma_at(r, 2 * blk + 1)) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
     scales[at] = d;
-    if (T::MIN) scales[L::SCALE_M + at] = m;
+    if (L::FMIN) scales[L::SCALE_M + at] = m;
+    if (L::TMIN) {
+        const float m1 = tandem_tf32(m), m2 = tandem_tf32(m - m1);
+        u8* row = mins + 64 * r + 4 * blk;
+        const int sw = (r / 2) % 4;
+#pragma unroll
+        for (int u = 0; u < 4; ++u) *(float*)(row + 16 * (u ^ sw)) = u < 2 ? m1 : m2;
+    }
     const int g = p / TANDEM_WGMMQ_BN, c = p % TANDEM_WGMMQ_BN;
     act[TANDEM_WGMMQ_KG * c + g] = ds.x;
     act[L::ACT + TANDEM_WGMMQ_KG * c + g] = -12582912.0f * ds.x;
-    if (T::MIN) act[2 * L::ACT + TANDEM_WGMMQ_KG * c + g] = ds.y;
+    if (L::FMIN) act[2 * L::ACT + TANDEM_WGMMQ_KG * c + g] = ds.y;
+    if (L::TMIN) {
+        // s_a as s1 + s2, both tf32: s1 rounded to nearest, s2 the rest rounded again (which may
+        // drop s_a's lowest bits: a relative error below 2^-22).
+        const float s1 = tandem_tf32(ds.y);
+        act[2 * L::ACT + TANDEM_WGMMQ_KG * c + g] = s1;
+        act[3 * L::ACT + TANDEM_WGMMQ_KG * c + g] = tandem_tf32(ds.y - s1);
+    }
+}
+
+// Adds this step's offsets to the accumulators on the tensor cores (TMIN): for each half, two
+// tf32 mma m64n32k8 against the half's 32 rows of `mins` (descriptor dm): k 0..7 of the first
+// pairs (s1, s2) of the four groups with m1, the second the same with m2, so the sums are
+// (s1 + s2)(m1 + m2) = m s_a up to s2's last bit. a: s1 and s2 of columns a0, a0 + 8 and group
+// i % 4 (the A fragment's rows and k). Issued as one commit group.
+TANDEM_DEVICE void tandem_wgmmq_mins(float* acc, const u32 (&a)[4], u64 dm) {
+    tandem_wgmma_fence();
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        // Half h's rows 32 h ..: 32 rows of 64 bytes further on (units of 16 bytes); its second
+        // k8 slice 32 bytes on.
+        tandem_wgmma_tf32_32(acc + 16 * h, a, dm + h * (32 * 64 / 16));
+        tandem_wgmma_tf32_32(acc + 16 * h, a, dm + h * (32 * 64 / 16) + 2);
+    }
+    tandem_wgmma_commit();
 }
 
 // Issues the mma of group `gi` of a step: this warpgroup's 64 activation columns (descriptor
@@ -2866,7 +2952,7 @@ struct tandem_wgmmq_wscales {
 #pragma unroll
         for (int k = 0; k < 2; ++k) {
             d[k] = *(const float4*)(w + 4 * k);
-            m[k] = T::MIN ? *(const float4*)(w + tandem_wgmmq_layout<T>::SCALE_M + 4 * k) : make_float4(0, 0, 0, 0);
+            m[k] = tandem_wgmmq_layout<T>::FMIN ? *(const float4*)(w + tandem_wgmmq_layout<T>::SCALE_M + 4 * k) : make_float4(0, 0, 0, 0);
         }
     }
 };
@@ -2888,7 +2974,7 @@ TANDEM_DEVICE void tandem_wgmmq_scale(const int (&ia)[16], float* acc, const tan
             const float r = __int_as_float(ia[4 * j + e] + TANDEM_WGMMQ_MAGIC);
             const float t = e < 2 ? fmaf(d0, r, n0) : fmaf(d1, r, n1);
             float o = fmaf(dw[e & 1], t, acc[4 * j + e]);
-            if (T::MIN) o = fmaf(mw[e & 1], e < 2 ? s0 : s1, o);
+            if (tandem_wgmmq_layout<T>::FMIN) o = fmaf(mw[e & 1], e < 2 ? s0 : s1, o);
             acc[4 * j + e] = o;
         }
     }
@@ -2916,8 +3002,10 @@ TANDEM_DEVICE void tandem_wgmmq_tile(u8* base, const u8* wb, i64 nb01, i64 m, i6
     auto pairs = [&](int j) { return act(j) + TANDEM_WGMMQ_TILE; };
     auto raw = [&](int j) { return pairs(j) + L::PAIRS; };
     auto tile = [&](int j) { return base + (j & 1) * TANDEM_WGMMQ_TILE; };
-    auto scales = [&](int j) { return (float*)(base + 2 * TANDEM_WGMMQ_TILE + (j & 1) * L::SCALES); };
-    auto acts = [&](int j) { return (float*)(base + 2 * TANDEM_WGMMQ_TILE + 2 * L::SCALES + (j & 1) * L::ACTS); };
+    u8* const fixed = base + 2 * TANDEM_WGMMQ_TILE + (L::TMIN ? 2 * L::MINS : 0);
+    auto mins = [&](int j) { return base + 2 * TANDEM_WGMMQ_TILE + (j & 1) * L::MINS; };
+    auto scales = [&](int j) { return (float*)(fixed + (j & 1) * L::SCALES); };
+    auto acts = [&](int j) { return (float*)(fixed + 2 * L::SCALES + (j & 1) * L::ACTS); };
     cp.blocks(pairs(0), raw(0), 0);
 #pragma unroll
     for (int j = 0; j < TANDEM_WGMMQ_STAGES - 1; ++j) {
@@ -2927,7 +3015,7 @@ TANDEM_DEVICE void tandem_wgmmq_tile(u8* base, const u8* wb, i64 nb01, i64 m, i6
     }
     tandem_cp_wait<TANDEM_WGMMQ_STAGES - 2>();
     __syncthreads();
-    tandem_wgmmq_prepare<T>(tile(0), scales(0), acts(0), raw(0), pairs(0), cp.lead(0), cp.group0(0));
+    tandem_wgmmq_prepare<T>(tile(0), scales(0), mins(0), acts(0), raw(0), pairs(0), cp.lead(0), cp.group0(0));
     float acc[32];
     int lo[16], hi[16];
 #pragma unroll
@@ -2945,11 +3033,20 @@ TANDEM_DEVICE void tandem_wgmmq_tile(u8* base, const u8* wb, i64 nb01, i64 m, i6
         __syncthreads();
         const u64 da = tandem_wgmma_desc(act(st) + (wg % 2) * 64 * 128);
         const u64 dlo = tandem_wgmma_desc(tile(st) + (wg / 2) * 64 * 128), dhi = dlo + 32 * 128 / 16;
+        const float* av = acts(st);
+        if constexpr (L::TMIN) {
+            // The step's offsets first: their commit group is done once the first group's lo mma
+            // is (groups finish in order), before any fma below touches the accumulators.
+            const u32 sa[4] = {__float_as_uint(av[2 * L::ACT + 4 * a0 + q]),
+                               __float_as_uint(av[2 * L::ACT + 4 * (a0 + 8) + q]),
+                               __float_as_uint(av[3 * L::ACT + 4 * a0 + q]),
+                               __float_as_uint(av[3 * L::ACT + 4 * (a0 + 8) + q])};
+            tandem_wgmmq_mins(acc, sa, tandem_wgmma_desc64(mins(st) + (wg / 2) * 64 * 64));
+        }
         tandem_wgmmq_issue(lo, da, dlo, 0);
         tandem_wgmmq_issue(hi, da, dhi, 0);
         // This step's activation scales, read before the stores of the next step's preparation
         // (the offsets' sums after them: registers).
-        const float* av = acts(st);
         const float4 d0 = *(const float4*)(av + 4 * a0), d1 = *(const float4*)(av + 4 * (a0 + 8));
         const float4 n0 = *(const float4*)(av + L::ACT + 4 * a0), n1 = *(const float4*)(av + L::ACT + 4 * (a0 + 8));
         const int next = st + TANDEM_WGMMQ_STAGES - 1;
@@ -2957,10 +3054,10 @@ TANDEM_DEVICE void tandem_wgmmq_tile(u8* base, const u8* wb, i64 nb01, i64 m, i6
         if (next + 1 < steps) cp.blocks(pairs(next + 1), raw(next + 1), next + 1);
         tandem_cp_commit();
         if (st + 1 < steps)
-            tandem_wgmmq_prepare<T>(tile(st + 1), scales(st + 1), acts(st + 1), raw(st + 1), pairs(st + 1),
-                                    cp.lead(st + 1), cp.group0(st + 1));
+            tandem_wgmmq_prepare<T>(tile(st + 1), scales(st + 1), mins(st + 1), acts(st + 1), raw(st + 1),
+                                    pairs(st + 1), cp.lead(st + 1), cp.group0(st + 1));
         float4 s0 = make_float4(0, 0, 0, 0), s1 = s0;
-        if (T::MIN) {
+        if (L::FMIN) {
             s0 = *(const float4*)(av + 2 * L::ACT + 4 * a0);
             s1 = *(const float4*)(av + 2 * L::ACT + 4 * (a0 + 8));
         }
@@ -2978,6 +3075,7 @@ TANDEM_DEVICE void tandem_wgmmq_tile(u8* base, const u8* wb, i64 nb01, i64 m, i6
                 const tandem_wgmmq_wscales<T> ws(w);
                 tandem_wgmma_wait<1>();
                 tandem_wgmma_hold(lo);
+                if (L::TMIN && gi == 0) tandem_wgmma_hold(acc);
                 tandem_wgmmq_scale<T>(lo, acc, ws, gd0, gn0, gs0, gd1, gn1, gs1);
                 if (gi + 1 < TANDEM_WGMMQ_KG) tandem_wgmmq_issue(lo, da, dlo, gi + 1);
             }

@@ -213,8 +213,8 @@ mod tests {
         mmid_mma_config, mmid_mma_entry, mmid_wmma_entry, mmq_shared_bytes, mmv_config, mmv_entry, mmv_fits,
         mmv_shared_bytes, quantize_config, rows_per_wave, split_sum_config, wgmma_config, wgmma_entry,
         wgmma_f16_config, wgmma_fits, wgmma_shared_bytes, wgmma_takes, wgmmq_config, wgmmq_entry, wgmmq_fits,
-        wgmmq_shared_bytes, wmma_entry, wmma_native_layout, MmSplit, AMD_BLOCK_LDS, GEMM_FAMILY, GEMV_FAMILY,
-        GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES, MMA_COPY_VALUES, QUANTIZE_VALUES, WMMA_FAMILY,
+        wgmmq_shared_bytes, wgmmq_tensor_offsets, wmma_entry, wmma_native_layout, MmSplit, AMD_BLOCK_LDS, GEMM_FAMILY,
+        GEMV_FAMILY, GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES, MMA_COPY_VALUES, QUANTIZE_VALUES, WMMA_FAMILY,
     };
     use super::*;
     use crate::gpu::api::DevicePtr;
@@ -691,10 +691,23 @@ mod tests {
                 ..qk
             }
         ));
+        // q4_K: its offsets on the tensor cores (two 8 KiB tf32 tiles, d only among the scales,
+        // s_a as two tf32); q5_K's larger superblocks leave no room for that, so it keeps f32 fma.
         assert_eq!(
             wgmmq_shared_bytes(ElemType::Q4K),
-            54_272 + 4 * (16_384 + 4096 + 18_432) + 1024
+            70_656 + 4 * (16_384 + 4096 + 18_432) + 1024
         );
+        assert_eq!(
+            wgmmq_shared_bytes(ElemType::Q5K),
+            54_272 + 4 * (16_384 + 4096 + 22_528) + 1024
+        );
+        for ty in TYPES {
+            assert_eq!(
+                wgmmq_tensor_offsets(ty),
+                matches!(ty, ElemType::Q4_1 | ElemType::Q5_1 | ElemType::Q4K),
+                "{ty}"
+            );
+        }
         // Tensor-core GEMV: 3..=8 columns, rows and batch bases 16-byte aligned.
         let few = MulMatShape { n: 8, ..q };
         assert!(mmv_fits(ElemType::Q4_0, at, &few));
