@@ -1457,8 +1457,13 @@ struct tandem_mmvw_q4_K {
     static constexpr bool MIN = true;
     static constexpr float OFF = 0.0f;
     static constexpr bool HALVES = false;
+    static constexpr int QS = 16;
     static __device__ __forceinline__ void frag(const u8* r, int g, int c, u32& lo, u32& hi, float& d, float& m) {
-        const u8* qs = r + 16 + 32 * (g >> 1);
+        frag_at(r, r + QS + 32 * (g >> 1), g, c, lo, hi, d, m);
+    }
+    // The same with the 32 quant bytes of group pair g / 2 at qs (wherever they are staged).
+    static __device__ __forceinline__ void frag_at(const u8* r, const u8* qs, int g, int c, u32& lo, u32& hi,
+                                                   float& d, float& m) {
         const int shift = 4 * (g & 1);
         lo = (*(const u32*)(qs + 4 * c) >> shift) & 0x0F0F0F0Fu;
         hi = (*(const u32*)(qs + 16 + 4 * c) >> shift) & 0x0F0F0F0Fu;
@@ -1475,8 +1480,12 @@ struct tandem_mmvw_q5_K {
     static constexpr bool MIN = true;
     static constexpr float OFF = 0.0f;
     static constexpr bool HALVES = false;
+    static constexpr int QS = 48;
     static __device__ __forceinline__ void frag(const u8* r, int g, int c, u32& lo, u32& hi, float& d, float& m) {
-        const u8* qs = r + 48 + 32 * (g >> 1);
+        frag_at(r, r + QS + 32 * (g >> 1), g, c, lo, hi, d, m);
+    }
+    static __device__ __forceinline__ void frag_at(const u8* r, const u8* qs, int g, int c, u32& lo, u32& hi,
+                                                   float& d, float& m) {
         const int shift = 4 * (g & 1);
         const u32 h0 = (*(const u32*)(r + 16 + 4 * c) >> g) & 0x01010101u;
         const u32 h1 = (*(const u32*)(r + 32 + 4 * c) >> g) & 0x01010101u;
@@ -2656,12 +2665,12 @@ TANDEM_DEVICE void tandem_wgmma_quant_tile(const char* w, const u16* xh, char* d
 // and issue the half's next mma, while the other half's mma runs: the tensor cores and the
 // scaling overlap within each warpgroup.
 //
-// The offsets' terms (q4_1, q5_1, q4_K: TMIN of tandem_wgmmq_layout) go to the tensor cores
+// The offsets' terms (q4_1, q5_1, q4_K, q5_K: TMIN of tandem_wgmmq_layout) go to the tensor cores
 // instead, a fourth f32 instruction per output and group less: per step and half, two tf32 mma
 // m64n32k8 add sum_g m_w s_a of the step's four groups straight into the accumulators, with m_w
 // (at most 17 significant bits: f16 dmin times a 6-bit min) split exactly into two tf32 values
 // and s_a into two (dropping at most its lowest bits), so each offset is within about 2^-22 of
-// its f32 product. q5_K's larger staging leaves no room for the extra tiles; it keeps the fma.
+// its f32 product.
 //
 // Copies: cp.async group j holds the activation rows of step j and the (d, s) pairs and raw
 // weight blocks of step j + 1, TANDEM_WGMMQ_STAGES - 1 groups ahead. During step s every thread
@@ -2683,10 +2692,11 @@ TANDEM_DEVICE void tandem_wgmma_quant_tile(const char* w, const u16* xh, char* d
 #define TANDEM_WGMMQ_MAGIC 0x4B400000
 
 // The superblock types on the same GEMM: a k step is half of a 256-value superblock (four of its
-// eight groups); each step stages its superblock (16-byte aligned) where it lies, but copies only
-// the bytes before the quants (d, dmin, scales; q5_K's high bits) and the half of the 128 quant
-// bytes with groups 4 h .. 4 h + 3, h = the step's half, and reads those groups (R: the reader of
-// tandem_mmq_step, frag(r, g, c, ...), whose quants are a superblock's last 128 bytes).
+// eight groups); each step stages the bytes of its superblock (16-byte aligned) before the quants
+// (d, dmin, scales; q5_K's high bits) and right after them the half of the 128 quant bytes with
+// groups 4 h .. 4 h + 3, h = the step's half, and reads those groups (R: the reader of
+// tandem_mmq_step, frag_at(r, qs, g, c, ...) with the group pair's quants at qs; a superblock's
+// quants are its last 128 bytes).
 template <typename R>
 struct tandem_wgmmq_super : R {
     static constexpr bool SB = true;
@@ -2707,14 +2717,15 @@ struct tandem_wgmmq_layout {
     // Raw bytes of a row's step: four blocks, or its superblock (of which it copies CU units).
     static constexpr int RAW_ROW = SB ? T::BYTES : TANDEM_WGMMQ_KG * T::BYTES;
     // A row's raw step is 8-byte aligned (a superblock 16-byte); it is copied as the UNITS 16-byte
-    // units around it (the first may hold 8 bytes before the step) into WROW bytes, UQ units by
-    // each of the four threads of a row (the last ones may have fewer or none).
+    // units around it (the first may hold 8 bytes before the step; superblocks: the CU of them
+    // the step needs) into WROW bytes, UQ units by each of the four threads of a row (the last
+    // ones may have fewer or none).
     static constexpr int UNITS = SB ? RAW_ROW / 16 : (RAW_ROW + 8 + 15) / 16;
-    static constexpr int WROW = UNITS * 16;
     // Units a step copies (superblocks: HU before the quants, then four of quants), UQ by each of
     // the four threads of a row.
     static constexpr int HU = SB ? (RAW_ROW - 128) / 16 : 0;
     static constexpr int CU = SB ? HU + 4 : UNITS;
+    static constexpr int WROW = CU * 16;
     static constexpr int UQ = (CU + 3) / 4;
     // Bytes of the last unit inside the step, less the lead: all the others are whole.
     static constexpr int TAIL = RAW_ROW - 16 * (UNITS - 1);
@@ -2734,7 +2745,7 @@ struct tandem_wgmmq_layout {
     // then m2 twice) in 64 bytes at 64 r, 64-byte swizzled.
     static constexpr int MINS = TANDEM_WGMMQ_BM * 64;
     // The types with an offset take it on the tensor cores (TMIN) where that layout fits the 227 KiB
-    // of shared memory a block may have (all but q5_K), else in f32 fma (FMIN).
+    // of shared memory a block may have (all of them), else in f32 fma (FMIN).
     static constexpr bool TMIN = T::MIN && (2 * TANDEM_WGMMQ_TILE + 2 * MINS + 2 * SCALE_M * 4 + 2 * 4 * ACT * 4 + 1023) /
                                                        1024 * 1024 +
                                                    TANDEM_WGMMQ_STAGES * STAGE + 1024 <=
@@ -2831,7 +2842,7 @@ struct tandem_wgmmq_copies {
         const int tail = wok ? ld + L::TAIL : 0;
         const u32 dst = tandem_smem_addr(raw) + (t / 4) * L::WROW + 16 * u0;
         // Superblocks: the quant units of the step's half (64 bytes further on for the second)
-        // follow the HU units before the quants.
+        // are staged right after the HU units before the quants.
         const int skip = 16 * group0(st);
 #pragma unroll
         for (int j = 0; j < L::UQ; ++j) {
@@ -2840,7 +2851,7 @@ struct tandem_wgmmq_copies {
             const int n = L::SB || u < L::UNITS - 1 ? (wok ? 16 : 0) : tail;
             // Copies of no bytes name the activation copy (valid, 16-byte aligned).
             if (u < L::CU)
-                tandem_cp16s(dst + 64 * j + sk, n > 0 ? (const void*)(src + 16 * u + sk) : (const void*)aq, n);
+                tandem_cp16s(dst + 64 * j, n > 0 ? (const void*)(src + 16 * u + sk) : (const void*)aq, n);
         }
     }
 };
@@ -2856,7 +2867,7 @@ struct tandem_mma_has_words<T, decltype((void)T::WORDS)> {
 };
 
 // Thread t: block t % 4 of row t / 4 of the raw step at `raw` (`lead` bytes into its staged row,
-// as tandem_wgmmq_copies::lead says; superblocks: group g0 + t % 4 of the staged superblock), as
+// as tandem_wgmmq_copies::lead says; superblocks: group g0 + t % 4 of the staged half), as
 // int8 into the swizzled tile (values 0-15 in piece 2 (t % 4), 16-31 in the next) and its d into
 // `scales`, its m there too (FMIN) or as m1 = tf32(m), m2 = m - m1 into `mins` (TMIN: exact, as m
 // has at most 17 significant bits); and pair t of the copied step at `pairs` into `act`.
@@ -2873,8 +2884,9 @@ TANDEM_DEVICE void tandem_wgmmq_prepare(u8* tile, float* scales, u8* mins, float
     float d, m;
     if constexpr (L::SB) {
         const u8* b = raw + r * L::WROW;
+        const u8* qs = b + 16 * L::HU + 32 * (blk >> 1);
 #pragma unroll
-        for (int c = 0; c < 4; ++c) T::frag(b, g0 + blk, c, lo[c], hi[c], d, m);
+        for (int c = 0; c < 4; ++c) T::frag_at(b, qs, g0 + blk, c, lo[c], hi[c], d, m);
     } else if constexpr (tandem_mma_has_words<T>::value) {
         // The whole block from aligned 32-bit loads: about half the shared loads of frag()'s
         // 16-bit pieces (2-byte-aligned blocks; the last of a row ends a word, so no read passes

@@ -137,6 +137,7 @@ pub fn cases(batched: bool) -> Vec<Case> {
             ElemType::Q8_0,
             ElemType::F16,
             ElemType::Q4K,
+            ElemType::Q5K,
             ElemType::Q6K,
             ElemType::Q3K,
             ElemType::Q2K,

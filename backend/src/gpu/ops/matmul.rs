@@ -691,20 +691,21 @@ mod tests {
                 ..qk
             }
         ));
-        // q4_K: its offsets on the tensor cores (two 8 KiB tf32 tiles, d only among the scales,
-        // s_a as two tf32); q5_K's larger superblocks leave no room for that, so it keeps f32 fma.
+        // q4_K and q5_K: their offsets on the tensor cores (two 8 KiB tf32 tiles, d only among
+        // the scales, s_a as two tf32); each row's step staged as the 16 / 48 bytes before the
+        // quants and 64 quant bytes (80 / 112 of 128 rows, padded to 1024 bytes).
         assert_eq!(
             wgmmq_shared_bytes(ElemType::Q4K),
-            70_656 + 4 * (16_384 + 4096 + 18_432) + 1024
+            70_656 + 4 * (16_384 + 4096 + 10_240) + 1024
         );
         assert_eq!(
             wgmmq_shared_bytes(ElemType::Q5K),
-            54_272 + 4 * (16_384 + 4096 + 22_528) + 1024
+            70_656 + 4 * (16_384 + 4096 + 14_336) + 1024
         );
         for ty in TYPES {
             assert_eq!(
                 wgmmq_tensor_offsets(ty),
-                matches!(ty, ElemType::Q4_1 | ElemType::Q5_1 | ElemType::Q4K),
+                matches!(ty, ElemType::Q4_1 | ElemType::Q5_1 | ElemType::Q4K | ElemType::Q5K),
                 "{ty}"
             );
         }

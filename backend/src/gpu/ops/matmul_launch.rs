@@ -595,13 +595,14 @@ pub fn wgmmq_fits(ty: ElemType, base: DevicePtr, s: &MulMatShape) -> bool {
 /// How the Hopper int8 GEMM stages a weight row's k step (`tandem_wgmmq_layout` in mma.hip):
 /// the bytes of its staged row, and the alignment it needs of rows and batch bases. The 32-value
 /// block types' four blocks are copied as the 16-byte units around them (8-byte aligned, up to 8
-/// bytes before them); q4_K and q5_K stage the step's whole superblock (16-byte aligned).
+/// bytes before them); q4_K and q5_K stage their superblock's bytes before the quants and the
+/// half of the 128 quant bytes the step reads (superblocks 16-byte aligned).
 fn wgmmq_staging(ty: ElemType) -> (i64, i64) {
     let bytes = ty.type_size() as i64;
     if ty.block_size() == 32 {
         ((4 * bytes + 8 + 15) / 16 * 16, 8)
     } else {
-        (bytes, 16)
+        (bytes - 64, 16)
     }
 }
 
