@@ -939,7 +939,7 @@ TANDEM_DEVICE void tandem_cdna_h16(float (&c)[4], u32 a0, u32 a1, u32 b0, u32 b1
 // One k step of the WMMA tiles (T: not HALVES) for this wave's 16 rows (row l16 staged at
 // wrow + l16 * RP) against the 64 columns (column c's values at a + c * ROW, pairs ds[g][c]):
 // acc[2 j + i / 4][i % 4] is row tandem_wmma_row(lay, i) of the wave's 16, column 16 j + l16.
-// Per group: acc += d * (d_a * sum) [+ m * (d_a * sum(a))], as the mma path computes it.
+// Per group: acc += d * (d_a * sum) [+ m * (d_a * sum(a))] (the mma path: d_a * (d * sum)).
 template <typename T>
 TANDEM_DEVICE void tandem_wmma_step(float (&acc)[8][4], const u8* wrow, const u8* a,
                                     const float2 (*ds)[TANDEM_MMQ_BN], int lay) {
@@ -1239,6 +1239,11 @@ TANDEM_DEVICE void tandem_mmq_tile(tandem_mmq_smem<T>& sm, const u8* wb, i64 nb0
             float d0, d1, m0, m1;
             T::frag(wrow, gi, qc, fa[0], fa[2], d0, m0);
             T::frag(wrow + 8 * RP, gi, qc, fa[1], fa[3], d1, m1);
+            // d * sum in one fma from the f32 form R = 12582912 + sum: -12582912 d is exact (d
+            // has at most 19 significant bits: an f16, or q4_K / q5_K's f16 times a 6-bit
+            // scale), so the fma rounds d * sum once, as the CPU's first product does; then
+            // acc += d_a * that. Per row and group, so once for all 64 columns.
+            const float n0 = -12582912.0f * d0, n1 = -12582912.0f * d1;
 #pragma unroll
             for (int np = 0; np < 4; ++np) {
                 u32 fb[4];
@@ -1249,18 +1254,15 @@ TANDEM_DEVICE void tandem_mmq_tile(tandem_mmq_smem<T>& sm, const u8* wb, i64 nb0
                     const float4 sc = *(const float4*)&sm.ds[buf][gi][8 * nt + 2 * qc];
                     int ci[4];
                     tandem_imma32(ci, fa[0], fa[1], fa[2], fa[3], fb[2 * h], fb[2 * h + 1]);
-                    // d_a * sum in one fma from the f32 form R = 12582912 + sum: -12582912 d_a is
-                    // exact (d_a has an f16's bits), so the fma rounds d_a * sum once.
-                    const float n0 = -12582912.0f * sc.x, n1 = -12582912.0f * sc.z;
-                    const float t0 = fmaf(sc.x, __int_as_float(ci[0]), n0);
-                    const float t1 = fmaf(sc.z, __int_as_float(ci[1]), n1);
-                    const float t2 = fmaf(sc.x, __int_as_float(ci[2]), n0);
-                    const float t3 = fmaf(sc.z, __int_as_float(ci[3]), n1);
+                    const float t0 = fmaf(d0, __int_as_float(ci[0]), n0);
+                    const float t1 = fmaf(d0, __int_as_float(ci[1]), n0);
+                    const float t2 = fmaf(d1, __int_as_float(ci[2]), n1);
+                    const float t3 = fmaf(d1, __int_as_float(ci[3]), n1);
                     float* a = acc[nt];
-                    a[0] = fmaf(d0, t0, a[0]);
-                    a[1] = fmaf(d0, t1, a[1]);
-                    a[2] = fmaf(d1, t2, a[2]);
-                    a[3] = fmaf(d1, t3, a[3]);
+                    a[0] = fmaf(sc.x, t0, a[0]);
+                    a[1] = fmaf(sc.z, t1, a[1]);
+                    a[2] = fmaf(sc.x, t2, a[2]);
+                    a[3] = fmaf(sc.z, t3, a[3]);
                     if (T::MIN) {
                         a[0] = fmaf(m0, sc.y, a[0]);
                         a[1] = fmaf(m0, sc.w, a[1]);
