@@ -939,7 +939,9 @@ TANDEM_DEVICE void tandem_cdna_h16(float (&c)[4], u32 a0, u32 a1, u32 b0, u32 b1
 // One k step of the WMMA tiles (T: not HALVES) for this wave's 16 rows (row l16 staged at
 // wrow + l16 * RP) against the 64 columns (column c's values at a + c * ROW, pairs ds[g][c]):
 // acc[2 j + i / 4][i % 4] is row tandem_wmma_row(lay, i) of the wave's 16, column 16 j + l16.
-// Per group: acc += d * (d_a * sum) [+ m * (d_a * sum(a))] (the mma path: d_a * (d * sum)).
+// Per group: acc += d_a * (d * sum) [+ m * (d_a * sum(a))], as the mma path computes it: the
+// sums start from 0x4B400000, so each read as f32 is R = 12582912 + sum, and d * sum is
+// fma(d, R, -12582912 d), exact up to its one rounding.
 template <typename T>
 TANDEM_DEVICE void tandem_wmma_step(float (&acc)[8][4], const u8* wrow, const u8* a,
                                     const float2 (*ds)[TANDEM_MMQ_BN], int lay) {
@@ -954,10 +956,11 @@ TANDEM_DEVICE void tandem_wmma_step(float (&acc)[8][4], const u8* wrow, const u8
 #pragma unroll
         for (int c = 0; c < 4; ++c) T::frag(wrow, gi, c, lo[c], hi[c], d, m);
         // The d and m of the rows this lane's accumulators hold, from the lanes that unpacked them.
-        float dr[8], mr[8];
+        float dr[8], nr[8], mr[8];
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             dr[i] = __shfl(d, tandem_wmma_row(lay, i));
+            nr[i] = -12582912.0f * dr[i];
             mr[i] = T::MIN ? __shfl(m, tandem_wmma_row(lay, i)) : 0.0f;
         }
 #pragma unroll
@@ -965,14 +968,16 @@ TANDEM_DEVICE void tandem_wmma_step(float (&acc)[8][4], const u8* wrow, const u8
             const u8* col = a + (16 * j + l16) * AR + 32 * gi;
             const uint4 v0 = *(const uint4*)col, v1 = *(const uint4*)(col + 16);
             const u32 b0[4] = {v0.x, v0.y, v0.z, v0.w}, b1[4] = {v1.x, v1.y, v1.z, v1.w};
-            int c[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            int c[8];
+#pragma unroll
+            for (int i = 0; i < 8; ++i) c[i] = 0x4B400000;
             tandem_wmma_i8(c, lo, b0, lay);
             tandem_wmma_i8(c, hi, b1, lay);
             const float2 sc = ds[gi][16 * j + l16];
 #pragma unroll
             for (int i = 0; i < 8; ++i) {
                 float& o = acc[2 * j + i / 4][i % 4];
-                o = fmaf(dr[i], sc.x * (float)c[i], o);
+                o = fmaf(sc.x, fmaf(dr[i], __int_as_float(c[i]), nr[i]), o);
                 if (T::MIN) o = fmaf(mr[i], sc.y, o);
             }
         }
@@ -1061,7 +1066,7 @@ TANDEM_DEVICE void tandem_wmma_halves(float (&acc)[8][4], const u8* wrow, const 
 // One k step of the CDNA tiles (T: not HALVES) for this wave's 32 rows (w0: the staged row l16 of
 // its first 16, w1: of its second) against the 64 columns (column c's values at a + c * ROW,
 // pairs ds[g][c]): acc[4 t + j][i] is row 16 t + 4 q + i of the wave's 32, column 16 j + l16.
-// Per group: acc += d * (d_a * sum) [+ m * (d_a * sum(a))], as the WMMA tiles compute it.
+// Per group: acc += d_a * (d * sum) [+ m * (d_a * sum(a))], as the WMMA tiles compute it.
 template <typename T>
 TANDEM_DEVICE void tandem_cdna_step(float (&acc)[8][4], const u8* w0, const u8* w1, const u8* a,
                                     const float2 (*ds)[TANDEM_MMQ_BN]) {
@@ -1073,11 +1078,13 @@ TANDEM_DEVICE void tandem_cdna_step(float (&acc)[8][4], const u8* w0, const u8* 
 #pragma unroll
     for (int gi = 0; gi < T::KG; ++gi) {
         u32 lo[2], hi[2];
-        float d[2], m[2], dr[2][4], mr[2][4];
+        float d[2], m[2], dr[2][4], nr[2][4], mr[2][4];
 #pragma unroll
         for (int t = 0; t < 2; ++t) {
             T::frag(wr[t], gi, q, lo[t], hi[t], d[t], m[t]);
             tandem_cdna_rows(d[t], dr[t]);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) nr[t][i] = -12582912.0f * dr[t][i];
             if constexpr (T::MIN) tandem_cdna_rows(m[t], mr[t]);
         }
 #pragma unroll
@@ -1087,12 +1094,12 @@ TANDEM_DEVICE void tandem_cdna_step(float (&acc)[8][4], const u8* w0, const u8* 
             const float2 sc = ds[gi][16 * j + l16];
 #pragma unroll
             for (int t = 0; t < 2; ++t) {
-                int c[4] = {0, 0, 0, 0};
+                int c[4] = {0x4B400000, 0x4B400000, 0x4B400000, 0x4B400000};
                 tandem_cdna_i8(c, lo[t], hi[t], b0, b1);
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
                     float& o = acc[4 * t + j][i];
-                    o = fmaf(dr[t][i], sc.x * (float)c[i], o);
+                    o = fmaf(sc.x, fmaf(dr[t][i], __int_as_float(c[i]), nr[t][i]), o);
                     if constexpr (T::MIN) o = fmaf(mr[t][i], sc.y, o);
                 }
             }
