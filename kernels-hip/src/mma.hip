@@ -2669,17 +2669,16 @@ TANDEM_DEVICE void tandem_wgmma_quant_tile(const char* w, const u16* xh, char* d
 // fold them into their f32 accumulators: with R = sum + 0x4B400000 read as an f32 (12582912 +
 // sum, exactly, as |sum| < 2^22),
 //     acc += d_w * fma(d_a, R, n_a),  n_a = -12582912 d_a   (= d_w * (d_a * sum): d_a is an f16
-//                                     value, so n_a and the fma's difference are exact)
-//            [+ m_w * s_a for the types with an offset],
+//                                     value, so n_a and the fma's difference are exact),
 // and issue the half's next mma, while the other half's mma runs: the tensor cores and the
 // scaling overlap within each warpgroup.
 //
-// The offsets' terms (q4_1, q5_1, q4_K, q5_K: TMIN of tandem_wgmmq_layout) go to the tensor cores
-// instead, a fourth f32 instruction per output and group less: per step and half, two tf32 mma
-// m64n32k8 add sum_g m_w s_a of the step's four groups straight into the accumulators, with m_w
-// (at most 17 significant bits: f16 dmin times a 6-bit min) split exactly into two tf32 values
-// and s_a into two (dropping at most its lowest bits), so each offset is within about 2^-22 of
-// its f32 product.
+// The offsets' terms of the types that have them (q4_1, q5_1, q4_K, q5_K: + m_w * s_a per
+// output and group) go to the tensor cores rather than a fourth f32 instruction: per step and
+// half, two tf32 mma m64n32k8 add sum_g m_w s_a of the step's four groups straight into the
+// accumulators, with m_w (at most 17 significant bits: f16 dmin times a 6-bit min) split exactly
+// into two tf32 values and s_a into two (dropping at most its lowest bits), so each offset is
+// within about 2^-22 of its f32 product.
 //
 // Copies: cp.async group j holds the activation rows of step j and the (d, s) pairs and raw
 // weight blocks of step j + 1, TANDEM_WGMMQ_STAGES - 1 groups ahead. During step s every thread
@@ -2742,28 +2741,18 @@ struct tandem_wgmmq_layout {
     static constexpr int PAIRS = TANDEM_WGMMQ_KG * TANDEM_WGMMQ_BN * 8;
     static constexpr int STAGE = TANDEM_WGMMQ_TILE + PAIRS + (TANDEM_WGMMQ_BM * WROW + 1023) / 1024 * 1024;
     // Weight scales of a tile: d of row 8 j + 2 q + e (j < 16) and group g at (4 g + q) * SROW +
-    // 2 j + e, m at SCALE_M + the same (FMIN). A thread's 8 rows of a half and group are 8 floats
-    // in a row; the rows of the four q lie 36 floats apart, so their 16-byte loads hit distinct
-    // banks.
+    // 2 j + e. A thread's 8 rows of a half and group are 8 floats in a row; the rows of the four q
+    // lie 36 floats apart, so their 16-byte loads hit distinct banks.
     static constexpr int SROW = 36;
-    static constexpr int SCALE_M = TANDEM_WGMMQ_KG * 4 * SROW;
-    // Activation scales of a step: d_a, n_a and s_a (TMIN: s_a as two tf32, s1 and s2) of tile
-    // column c and group g at KG c + g, in arrays of ACT floats.
+    static constexpr int SCALES = TANDEM_WGMMQ_KG * 4 * SROW * 4;
+    // Activation scales of a step: d_a, n_a (and for the types with an offset s_a as two tf32, s1
+    // and s2) of tile column c and group g at KG c + g, in arrays of ACT floats.
     static constexpr int ACT = TANDEM_WGMMQ_BN * TANDEM_WGMMQ_KG;
-    // A tile's offsets as the tf32 B operand (TMIN): row r's 16 values (m1 of groups 0..3 twice,
-    // then m2 twice) in 64 bytes at 64 r, 64-byte swizzled.
-    static constexpr int MINS = TANDEM_WGMMQ_BM * 64;
-    // The types with an offset take it on the tensor cores (TMIN) where that layout fits the 227 KiB
-    // of shared memory a block may have (all of them), else in f32 fma (FMIN).
-    static constexpr bool TMIN = T::MIN && (2 * TANDEM_WGMMQ_TILE + 2 * MINS + 2 * SCALE_M * 4 + 2 * 4 * ACT * 4 + 1023) /
-                                                       1024 * 1024 +
-                                                   TANDEM_WGMMQ_STAGES * STAGE + 1024 <=
-                                               227 * 1024;
-    static constexpr bool FMIN = T::MIN && !TMIN;
-    static constexpr int SCALES = (TMIN ? 1 : 2) * SCALE_M * 4;
-    static constexpr int ACTS = (TMIN ? 4 : 3) * ACT * 4;
-    static constexpr int STAGES_AT =
-        (2 * TANDEM_WGMMQ_TILE + (TMIN ? 2 * MINS : 0) + 2 * SCALES + 2 * ACTS + 1023) / 1024 * 1024;
+    static constexpr int ACTS = (T::MIN ? 4 : 2) * ACT * 4;
+    // A tile's offsets as the tf32 B operand (types with an offset): row r's 16 values (m1 of
+    // groups 0..3 twice, then m2 twice) in 64 bytes at 64 r, 64-byte swizzled.
+    static constexpr int MINS = T::MIN ? TANDEM_WGMMQ_BM * 64 : 0;
+    static constexpr int STAGES_AT = (2 * TANDEM_WGMMQ_TILE + 2 * MINS + 2 * SCALES + 2 * ACTS + 1023) / 1024 * 1024;
     static_assert(SB ? RAW_ROW % 16 == 0 && RAW_ROW >= 128 : (RAW_ROW % 8 == 0 && TAIL >= 0 && TAIL + 8 <= 16),
                   "raw steps are whole 8-byte units, superblocks whole 16-byte units");
     static_assert(STAGE % 1024 == 0 && TANDEM_WGMMQ_TILE % 1024 == 0 && MINS % 1024 == 0,
@@ -2878,7 +2867,7 @@ struct tandem_mma_has_words<T, decltype((void)T::WORDS)> {
 // Thread t: block t % 4 of row t / 4 of the raw step at `raw` (`lead` bytes into its staged row,
 // as tandem_wgmmq_copies::lead says; superblocks: group g0 + t % 4 of the staged half), as
 // int8 into the swizzled tile (values 0-15 in piece 2 (t % 4), 16-31 in the next) and its d into
-// `scales`, its m there too (FMIN) or as m1 = tf32(m), m2 = m - m1 into `mins` (TMIN: exact, as m
+// `scales` and its m, if the type has one, as m1 = tf32(m), m2 = m - m1 into `mins` (exact, as m
 // has at most 17 significant bits); and pair t of the copied step at `pairs` into `act`.
 template <typename T>
 TANDEM_DEVICE void tandem_wgmmq_prepare(u8* tile, float* scales, u8* mins, float* act, const u8* raw,
@@ -2913,8 +2902,7 @@ TANDEM_DEVICE void tandem_wgmmq_prepare(u8* tile, float* scales, u8* mins, float
     *(uint4*)(tile + tandem_wgmma_at(r, 2 * blk)) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
     *(uint4*)(tile + tandem_wgmma_at(r, 2 * blk + 1)) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
     scales[at] = d;
-    if (L::FMIN) scales[L::SCALE_M + at] = m;
-    if (L::TMIN) {
+    if (T::MIN) {
         const float m1 = tandem_tf32(m), m2 = tandem_tf32(m - m1);
         u8* row = mins + 64 * r + 4 * blk;
         const int sw = (r / 2) % 4;
@@ -2924,8 +2912,7 @@ TANDEM_DEVICE void tandem_wgmmq_prepare(u8* tile, float* scales, u8* mins, float
     const int g = p / TANDEM_WGMMQ_BN, c = p % TANDEM_WGMMQ_BN;
     act[TANDEM_WGMMQ_KG * c + g] = ds.x;
     act[L::ACT + TANDEM_WGMMQ_KG * c + g] = -12582912.0f * ds.x;
-    if (L::FMIN) act[2 * L::ACT + TANDEM_WGMMQ_KG * c + g] = ds.y;
-    if (L::TMIN) {
+    if (T::MIN) {
         // s_a as s1 + s2, both tf32: s1 rounded to nearest, s2 the rest rounded again (which may
         // drop s_a's lowest bits: a relative error below 2^-22).
         const float s1 = tandem_tf32(ds.y);
@@ -2934,7 +2921,7 @@ TANDEM_DEVICE void tandem_wgmmq_prepare(u8* tile, float* scales, u8* mins, float
     }
 }
 
-// Adds this step's offsets to the accumulators on the tensor cores (TMIN): for each half, two
+// Adds this step's offsets to the accumulators on the tensor cores: for each half, two
 // tf32 mma m64n32k8 against the half's 32 rows of `mins` (descriptor dm): k 0..7 of the first
 // pairs (s1, s2) of the four groups with m1, the second the same with m2, so the sums are
 // (s1 + s2)(m1 + m2) = m s_a up to s2's last bit. a: s1 and s2 of columns a0, a0 + 8 and group
@@ -2965,38 +2952,29 @@ TANDEM_DEVICE float tandem_wgmmq_pick(const float4& v, int g) {
 }
 
 // The weight scales one half of a group needs: d of this thread's 8 rows (row 8 j + 2 q + e of
-// the half at 2 j + e) and, with an offset, their m.
-template <typename T>
+// the half at 2 j + e).
 struct tandem_wgmmq_wscales {
-    float4 d[2], m[2];
+    float4 d[2];
     __device__ tandem_wgmmq_wscales(const float* w) {
 #pragma unroll
-        for (int k = 0; k < 2; ++k) {
-            d[k] = *(const float4*)(w + 4 * k);
-            m[k] = tandem_wgmmq_layout<T>::FMIN ? *(const float4*)(w + tandem_wgmmq_layout<T>::SCALE_M + 4 * k) : make_float4(0, 0, 0, 0);
-        }
+        for (int k = 0; k < 2; ++k) d[k] = *(const float4*)(w + 4 * k);
     }
 };
 
 // Folds one half's finished group sums into its f32 accumulators: accumulator 4 j + e is
-// activation column a0 (e < 2) or a1 and weight row 8 j + 2 q + (e & 1) of the half. (dk, nk, sk):
-// the group's d_a, n_a and s_a of column ak.
-template <typename T>
-TANDEM_DEVICE void tandem_wgmmq_scale(const int (&ia)[16], float* acc, const tandem_wgmmq_wscales<T>& w, float d0,
-                                      float n0, float s0, float d1, float n1, float s1) {
+// activation column a0 (e < 2) or a1 and weight row 8 j + 2 q + (e & 1) of the half. (dk, nk):
+// the group's d_a and n_a of column ak.
+TANDEM_DEVICE void tandem_wgmmq_scale(const int (&ia)[16], float* acc, const tandem_wgmmq_wscales& w, float d0,
+                                      float n0, float d1, float n1) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
         const float4& wd = w.d[j / 2];
-        const float4& wm = w.m[j / 2];
         const float dw[2] = {j % 2 ? wd.z : wd.x, j % 2 ? wd.w : wd.y};
-        const float mw[2] = {j % 2 ? wm.z : wm.x, j % 2 ? wm.w : wm.y};
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const float r = __int_as_float(ia[4 * j + e] + TANDEM_WGMMQ_MAGIC);
             const float t = e < 2 ? fmaf(d0, r, n0) : fmaf(d1, r, n1);
-            float o = fmaf(dw[e & 1], t, acc[4 * j + e]);
-            if (tandem_wgmmq_layout<T>::FMIN) o = fmaf(mw[e & 1], e < 2 ? s0 : s1, o);
-            acc[4 * j + e] = o;
+            acc[4 * j + e] = fmaf(dw[e & 1], t, acc[4 * j + e]);
         }
     }
 }
@@ -3023,7 +3001,7 @@ TANDEM_DEVICE void tandem_wgmmq_tile(u8* base, const u8* wb, i64 nb01, i64 m, i6
     auto pairs = [&](int j) { return act(j) + TANDEM_WGMMQ_TILE; };
     auto raw = [&](int j) { return pairs(j) + L::PAIRS; };
     auto tile = [&](int j) { return base + (j & 1) * TANDEM_WGMMQ_TILE; };
-    u8* const fixed = base + 2 * TANDEM_WGMMQ_TILE + (L::TMIN ? 2 * L::MINS : 0);
+    u8* const fixed = base + 2 * TANDEM_WGMMQ_TILE + 2 * L::MINS;
     auto mins = [&](int j) { return base + 2 * TANDEM_WGMMQ_TILE + (j & 1) * L::MINS; };
     auto scales = [&](int j) { return (float*)(fixed + (j & 1) * L::SCALES); };
     auto acts = [&](int j) { return (float*)(fixed + 2 * L::SCALES + (j & 1) * L::ACTS); };
@@ -3055,7 +3033,7 @@ TANDEM_DEVICE void tandem_wgmmq_tile(u8* base, const u8* wb, i64 nb01, i64 m, i6
         const u64 da = tandem_wgmma_desc(act(st) + (wg % 2) * 64 * 128);
         const u64 dlo = tandem_wgmma_desc(tile(st) + (wg / 2) * 64 * 128), dhi = dlo + 32 * 128 / 16;
         const float* av = acts(st);
-        if constexpr (L::TMIN) {
+        if constexpr (T::MIN) {
             // The step's offsets first: their commit group is done once the first group's lo mma
             // is (groups finish in order), before any fma below touches the accumulators.
             const u32 sa[4] = {__float_as_uint(av[2 * L::ACT + 4 * a0 + q]),
@@ -3077,38 +3055,33 @@ TANDEM_DEVICE void tandem_wgmmq_tile(u8* base, const u8* wb, i64 nb01, i64 m, i6
         if (st + 1 < steps)
             tandem_wgmmq_prepare<T>(tile(st + 1), scales(st + 1), mins(st + 1), acts(st + 1), raw(st + 1),
                                     pairs(st + 1), cp.lead(st + 1), cp.group0(st + 1));
-        float4 s0 = make_float4(0, 0, 0, 0), s1 = s0;
-        if (L::FMIN) {
-            s0 = *(const float4*)(av + 2 * L::ACT + 4 * a0);
-            s1 = *(const float4*)(av + 2 * L::ACT + 4 * (a0 + 8));
-        }
         // This thread's rows of the warpgroup's 64 (2 j + e of group g at 16 (wg / 2) + ...).
         const float* sc = scales(st) + q * L::SROW + 16 * (wg / 2);
 #pragma unroll
         for (int gi = 0; gi < TANDEM_WGMMQ_KG; ++gi) {
-            const float gd0 = tandem_wgmmq_pick(d0, gi), gn0 = tandem_wgmmq_pick(n0, gi), gs0 = tandem_wgmmq_pick(s0, gi);
-            const float gd1 = tandem_wgmmq_pick(d1, gi), gn1 = tandem_wgmmq_pick(n1, gi), gs1 = tandem_wgmmq_pick(s1, gi);
+            const float gd0 = tandem_wgmmq_pick(d0, gi), gn0 = tandem_wgmmq_pick(n0, gi);
+            const float gd1 = tandem_wgmmq_pick(d1, gi), gn1 = tandem_wgmmq_pick(n1, gi);
             const float* w = sc + 4 * L::SROW * gi;
             // In flight: this group's lo and hi mma. Once lo's is done, fold it and issue its
             // next group's mma; then the same for hi. Each half's weight scales are read before
             // its wait.
             {
-                const tandem_wgmmq_wscales<T> ws(w);
+                const tandem_wgmmq_wscales ws(w);
                 tandem_wgmma_wait<1>();
                 tandem_wgmma_hold(lo);
-                if (L::TMIN && gi == 0) tandem_wgmma_hold(acc);
-                tandem_wgmmq_scale<T>(lo, acc, ws, gd0, gn0, gs0, gd1, gn1, gs1);
+                if (T::MIN && gi == 0) tandem_wgmma_hold(acc);
+                tandem_wgmmq_scale(lo, acc, ws, gd0, gn0, gd1, gn1);
                 if (gi + 1 < TANDEM_WGMMQ_KG) tandem_wgmmq_issue(lo, da, dlo, gi + 1);
             }
             {
-                const tandem_wgmmq_wscales<T> ws(w + 8);
+                const tandem_wgmmq_wscales ws(w + 8);
                 if (gi + 1 < TANDEM_WGMMQ_KG) {
                     tandem_wgmma_wait<1>();
                 } else {
                     tandem_wgmma_wait<0>();
                 }
                 tandem_wgmma_hold(hi);
-                tandem_wgmmq_scale<T>(hi, acc + 16, ws, gd0, gn0, gs0, gd1, gn1, gs1);
+                tandem_wgmmq_scale(hi, acc + 16, ws, gd0, gn0, gd1, gn1);
                 if (gi + 1 < TANDEM_WGMMQ_KG) tandem_wgmmq_issue(hi, da, dhi, gi + 1);
             }
         }

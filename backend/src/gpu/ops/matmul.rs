@@ -657,7 +657,7 @@ mod tests {
         let c = wgmmq_config(ElemType::Q4_0, &split);
         assert_eq!(
             (c.grid, c.block, c.shared_bytes),
-            ([500, 1, 1], [512, 1, 1], 54_272 + 4 * (16_384 + 4096 + 10_240) + 1024)
+            ([500, 1, 1], [512, 1, 1], 46_080 + 4 * (16_384 + 4096 + 10_240) + 1024)
         );
         let c = split_sum_config(&split, (128, 128));
         assert_eq!((c.grid, c.block), ([52, 16, 1], [128, 1, 1]));
@@ -691,9 +691,9 @@ mod tests {
                 ..qk
             }
         ));
-        // q4_K and q5_K: their offsets on the tensor cores (two 8 KiB tf32 tiles, d only among
-        // the scales, s_a as two tf32); each row's step staged as the 16 / 48 bytes before the
-        // quants and 64 quant bytes (80 / 112 of 128 rows, padded to 1024 bytes).
+        // q4_K and q5_K: their offsets on the tensor cores (two 8 KiB tf32 tiles, s_a as two
+        // tf32); each row's step staged as the 16 / 48 bytes before the quants and 64 quant bytes
+        // (80 / 112 of 128 rows, padded to 1024 bytes).
         assert_eq!(
             wgmmq_shared_bytes(ElemType::Q4K),
             70_656 + 4 * (16_384 + 4096 + 10_240) + 1024

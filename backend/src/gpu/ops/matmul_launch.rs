@@ -607,38 +607,29 @@ fn wgmmq_staging(ty: ElemType) -> (i64, i64) {
 }
 
 /// Dynamic shared memory of a Hopper int8 GEMM block for weights of `ty`: two int8 weight tiles,
-/// for the types whose offsets go to the tensor cores ([`wgmmq_tensor_offsets`]) two tf32 tiles
-/// of those offsets, then the weight scales (d per row and group, and m unless the offsets went
-/// to the tensor cores; f32, padded) and two sets of converted activation scales (d, -12582912 d
-/// and s per column and group, f32; s as two tf32 with tensor offsets), all padded to 1024
-/// bytes; then `WGMMQ_STAGES` steps of activation columns, their (d, s) pairs and the raw weight
-/// blocks (four per row as the 16-byte units around them, or the step's superblock, padded to
-/// 1024 bytes); plus 1024 bytes to align the first tile.
+/// for the types with an offset ([`wgmmq_tensor_offsets`]) two tf32 tiles of those offsets, then
+/// the weight scales (d per row and group, f32, padded) and two sets of converted activation
+/// scales (d and -12582912 d per column and group, f32, and with an offset s as two tf32), all
+/// padded to 1024 bytes; then `WGMMQ_STAGES` steps of activation columns, their (d, s) pairs and
+/// the raw weight blocks (four per row as the 16-byte units around them, or the superblock bytes
+/// the step reads, padded to 1024 bytes); plus 1024 bytes to align the first tile.
 pub fn wgmmq_shared_bytes(ty: ElemType) -> u32 {
-    wgmmq_layout_bytes(ty, wgmmq_tensor_offsets(ty)) as u32
-}
-
-/// Most dynamic shared memory a block may have on sm_90.
-const SM90_BLOCK_SHARED: i64 = 227 * 1024;
-
-fn wgmmq_layout_bytes(ty: ElemType, tensor_offsets: bool) -> i64 {
+    let offsets = wgmmq_tensor_offsets(ty);
     let tile = WGMMQ_TILE_M * 128;
-    let mins = if tensor_offsets { WGMMQ_TILE_M * 64 } else { 0 };
-    // d (and m) of 4 groups x 4 rows of 36 floats (32 weight rows and padding).
-    let scales = if tensor_offsets { 1 } else { 2 } * 4 * 4 * 36 * 4;
-    let acts = if tensor_offsets { 4 } else { 3 } * WGMMQ_TILE_N * 4 * 4;
+    let mins = if offsets { WGMMQ_TILE_M * 64 } else { 0 };
+    // d of 4 groups x 4 rows of 36 floats (32 weight rows and padding).
+    let scales = 4 * 4 * 36 * 4;
+    let acts = if offsets { 4 } else { 2 } * WGMMQ_TILE_N * 4 * 4;
     let pairs = 4 * WGMMQ_TILE_N * 8;
     let raw = (WGMMQ_TILE_M * wgmmq_staging(ty).0 + 1023) / 1024 * 1024;
     let fixed = (2 * (tile + mins + scales + acts) + 1023) / 1024 * 1024;
-    fixed + WGMMQ_STAGES * (WGMMQ_TILE_N * 128 + pairs + raw) + 1024
+    (fixed + WGMMQ_STAGES * (WGMMQ_TILE_N * 128 + pairs + raw) + 1024) as u32
 }
 
-/// Whether the Hopper int8 GEMM adds the offsets of `ty` (q4_1, q5_1, q4_K, q5_K: m times the
-/// activations' sums) with tf32 mma rather than f32 fma (`TMIN` of `tandem_wgmmq_layout`): where
-/// the two extra tiles fit a block's shared memory.
+/// Whether weights of `ty` have an offset per group (q4_1, q5_1, q4_K, q5_K: weights d q + m),
+/// which the Hopper int8 GEMM adds as m times the activations' group sums with tf32 mma.
 pub fn wgmmq_tensor_offsets(ty: ElemType) -> bool {
     matches!(ty, ElemType::Q4_1 | ElemType::Q5_1 | ElemType::Q4K | ElemType::Q5K)
-        && wgmmq_layout_bytes(ty, true) <= SM90_BLOCK_SHARED
 }
 
 /// The Hopper int8 GEMM's launch over the tiles and parts of `split` (one-dimensional grid).
