@@ -666,6 +666,15 @@ TANDEM_DEVICE int tandem_wmma_row(L lay, int i) {
 #endif
 }
 
+// x where h is false, else y, as a bit select: the AMD compiler turns a ternary between two
+// elements of a register array into one load at a computed index, which puts the array in
+// scratch memory.
+template <typename L = int>
+TANDEM_DEVICE u32 tandem_wmma_pick(bool h, u32 x, u32 y) {
+    const u32 m = 0u - (u32)h;
+    return (x & ~m) | (y & m);
+}
+
 // c += A x B over one 16x16x16 int8 tile (signed bytes). a, b: this lane's A row and B column
 // (l16) as four words of k 0..15; in layout 12 the instruction takes words 2 h, 2 h + 1.
 template <typename L = int>
@@ -683,8 +692,8 @@ TANDEM_DEVICE void tandem_wmma_i8(int (&c)[8], const u32 (&a)[4], const u32 (&b)
     typedef int v2i __attribute__((ext_vector_type(2)));
     typedef int v8i __attribute__((ext_vector_type(8)));
     const bool h = (threadIdx.x % 32) >= 16;
-    const v2i va = {(int)(h ? a[2] : a[0]), (int)(h ? a[3] : a[1])};
-    const v2i vb = {(int)(h ? b[2] : b[0]), (int)(h ? b[3] : b[1])};
+    const v2i va = {(int)tandem_wmma_pick(h, a[0], a[2]), (int)tandem_wmma_pick(h, a[1], a[3])};
+    const v2i vb = {(int)tandem_wmma_pick(h, b[0], b[2]), (int)tandem_wmma_pick(h, b[1], b[3])};
     v8i vc = {c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]};
     vc = __builtin_amdgcn_wmma_i32_16x16x16_iu8_w32_gfx12(true, va, true, vb, vc, false);
     for (int i = 0; i < 8; ++i) c[i] = vc[i];
@@ -730,8 +739,10 @@ TANDEM_DEVICE void tandem_wmma_h16(float (&c)[8], const u32 (&a)[8], const u32 (
     typedef _Float16 v8h __attribute__((ext_vector_type(8)));
     typedef float v8f __attribute__((ext_vector_type(8)));
     const bool h = (threadIdx.x % 32) >= 16;
-    const v4u ua = {h ? a[4] : a[0], h ? a[5] : a[1], h ? a[6] : a[2], h ? a[7] : a[3]};
-    const v4u ub = {h ? b[4] : b[0], h ? b[5] : b[1], h ? b[6] : b[2], h ? b[7] : b[3]};
+    const v4u ua = {tandem_wmma_pick(h, a[0], a[4]), tandem_wmma_pick(h, a[1], a[5]), tandem_wmma_pick(h, a[2], a[6]),
+                    tandem_wmma_pick(h, a[3], a[7])};
+    const v4u ub = {tandem_wmma_pick(h, b[0], b[4]), tandem_wmma_pick(h, b[1], b[5]), tandem_wmma_pick(h, b[2], b[6]),
+                    tandem_wmma_pick(h, b[3], b[7])};
     v8f vc = {c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]};
     vc = __builtin_amdgcn_wmma_f32_16x16x16_f16_w32_gfx12(__builtin_bit_cast(v8h, ua), __builtin_bit_cast(v8h, ub),
                                                            vc);
@@ -948,8 +959,11 @@ TANDEM_DEVICE void tandem_wmma_step(float (&acc)[8][4], const u8* wrow, const u8
     static_assert(!T::HALVES, "a scale per 32 values");
 #if defined(TANDEM_WMMA_RUNS)
     constexpr int AR = tandem_mmq_raw<T>::ROW;
+    // The superblock types' eight groups two at a time: all eight at once outgrow gfx11 / gfx12's
+    // 256 registers and spill to scratch (about 0.5 KiB per lane).
+    constexpr int UNROLL = T::KG > 4 ? 2 : T::KG;
     const int l16 = threadIdx.x % 32 % 16;
-#pragma unroll
+#pragma unroll UNROLL
     for (int gi = 0; gi < T::KG; ++gi) {
         u32 lo[4], hi[4];
         float d, m;
