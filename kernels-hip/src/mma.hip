@@ -283,22 +283,28 @@ TANDEM_DEVICE void tandem_ldsm4(u32 (&r)[4], const u8* p) {
 #endif
 }
 
+// The exact group sums of every int8 tile: an int32 sum that starts from TANDEM_SUM_BIAS, read as
+// f32, is R = 12582912 + sum exactly (|sum| < 2^22), and fmaf(d, R, tandem_sum_unbias(d)) is
+// d * sum rounded once (-12582912 d is exact for a d of at most 21 significant bits: an f16
+// scale, or one times a 6-bit sub-scale).
+#define TANDEM_SUM_BIAS 0x4B400000
+TANDEM_DEVICE float tandem_sum_unbias(float d) { return -12582912.0f * d; }
+
 #if defined(TANDEM_MMA_ENABLED)
-// Int8 mma whose int32 sums start from 0x4B400000, so each, read as f32, is 12582912 + sum
-// exactly (|sum| < 2^22; tandem_imma_f32 gives the sum): m16n8k32 over a 32-value group (A: rows
+// Int8 mma whose int32 sums start from TANDEM_SUM_BIAS (tandem_imma_f32 gives the sum): m16n8k32 over a 32-value group (A: rows
 // r, r + 8 of values 4 c .. and 16 + 4 c ..; B: the two halves' registers) ...
 TANDEM_DEVICE void tandem_imma32(int (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
     asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
         "{%8, %9}, {%10, %10, %10, %10};"
         : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0x4B400000));
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(TANDEM_SUM_BIAS));
 }
 // ... and m16n8k16 over one half of a group (A: rows r, r + 8).
 TANDEM_DEVICE void tandem_imma16(int (&c)[4], u32 a0, u32 a1, u32 b) {
     asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
         "{%7, %7, %7, %7};"
         : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-        : "r"(a0), "r"(a1), "r"(b), "r"(0x4B400000));
+        : "r"(a0), "r"(a1), "r"(b), "r"(TANDEM_SUM_BIAS));
 }
 TANDEM_DEVICE float tandem_imma_f32(int c) { return __int_as_float(c) - 12582912.0f; }
 // The sums of B's int8 values over one half group, for its columns 2 (lane % 4) and + 1: an
@@ -591,7 +597,7 @@ TANDEM_DEVICE void tandem_mmq_halves(float (&acc)[8][4], const u8* w0, const u8*
         }
         // -12582912 times the first half's scale of each row: exact (d * sc has at most 19
         // significant bits), so fmaf(scale, R, nm) is scale * sum rounded once.
-        const float nm0 = -12582912.0f * ds0[0], nm1 = -12582912.0f * ds1[0];
+        const float nm0 = tandem_sum_unbias(ds0[0]), nm1 = tandem_sum_unbias(ds1[0]);
 #pragma unroll
         for (int np = 0; np < 4; ++np) {
             u32 fb[4];
@@ -950,9 +956,8 @@ TANDEM_DEVICE void tandem_cdna_h16(float (&c)[4], u32 a0, u32 a1, u32 b0, u32 b1
 // One k step of the WMMA tiles (T: not HALVES) for this wave's 16 rows (row l16 staged at
 // wrow + l16 * RP) against the 64 columns (column c's values at a + c * ROW, pairs ds[g][c]):
 // acc[2 j + i / 4][i % 4] is row tandem_wmma_row(lay, i) of the wave's 16, column 16 j + l16.
-// Per group: acc += d_a * (d * sum) [+ m * (d_a * sum(a))], as the mma path computes it: the
-// sums start from 0x4B400000, so each read as f32 is R = 12582912 + sum, and d * sum is
-// fma(d, R, -12582912 d), exact up to its one rounding.
+// Per group: acc += d_a * (d * sum) [+ m * (d_a * sum(a))], as the mma path computes it (d * sum
+// from sums that start from TANDEM_SUM_BIAS).
 template <typename T>
 TANDEM_DEVICE void tandem_wmma_step(float (&acc)[8][4], const u8* wrow, const u8* a,
                                     const float2 (*ds)[TANDEM_MMQ_BN], int lay) {
@@ -974,7 +979,7 @@ TANDEM_DEVICE void tandem_wmma_step(float (&acc)[8][4], const u8* wrow, const u8
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             dr[i] = __shfl(d, tandem_wmma_row(lay, i));
-            nr[i] = -12582912.0f * dr[i];
+            nr[i] = tandem_sum_unbias(dr[i]);
             mr[i] = T::MIN ? __shfl(m, tandem_wmma_row(lay, i)) : 0.0f;
         }
 #pragma unroll
@@ -984,7 +989,7 @@ TANDEM_DEVICE void tandem_wmma_step(float (&acc)[8][4], const u8* wrow, const u8
             const u32 b0[4] = {v0.x, v0.y, v0.z, v0.w}, b1[4] = {v1.x, v1.y, v1.z, v1.w};
             int c[8];
 #pragma unroll
-            for (int i = 0; i < 8; ++i) c[i] = 0x4B400000;
+            for (int i = 0; i < 8; ++i) c[i] = TANDEM_SUM_BIAS;
             tandem_wmma_i8(c, lo, b0, lay);
             tandem_wmma_i8(c, hi, b1, lay);
             const float2 sc = ds[gi][16 * j + l16];
@@ -1098,7 +1103,7 @@ TANDEM_DEVICE void tandem_cdna_step(float (&acc)[8][4], const u8* w0, const u8* 
             T::frag(wr[t], gi, q, lo[t], hi[t], d[t], m[t]);
             tandem_cdna_rows(d[t], dr[t]);
 #pragma unroll
-            for (int i = 0; i < 4; ++i) nr[t][i] = -12582912.0f * dr[t][i];
+            for (int i = 0; i < 4; ++i) nr[t][i] = tandem_sum_unbias(dr[t][i]);
             if constexpr (T::MIN) tandem_cdna_rows(m[t], mr[t]);
         }
 #pragma unroll
@@ -1108,7 +1113,7 @@ TANDEM_DEVICE void tandem_cdna_step(float (&acc)[8][4], const u8* w0, const u8* 
             const float2 sc = ds[gi][16 * j + l16];
 #pragma unroll
             for (int t = 0; t < 2; ++t) {
-                int c[4] = {0x4B400000, 0x4B400000, 0x4B400000, 0x4B400000};
+                int c[4] = {TANDEM_SUM_BIAS, TANDEM_SUM_BIAS, TANDEM_SUM_BIAS, TANDEM_SUM_BIAS};
                 tandem_cdna_i8(c, lo[t], hi[t], b0, b1);
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
@@ -1260,11 +1265,9 @@ TANDEM_DEVICE void tandem_mmq_tile(tandem_mmq_smem<T>& sm, const u8* wb, i64 nb0
             float d0, d1, m0, m1;
             T::frag(wrow, gi, qc, fa[0], fa[2], d0, m0);
             T::frag(wrow + 8 * RP, gi, qc, fa[1], fa[3], d1, m1);
-            // d * sum in one fma from the f32 form R = 12582912 + sum: -12582912 d is exact (d
-            // has at most 19 significant bits: an f16, or q4_K / q5_K's f16 times a 6-bit
-            // scale), so the fma rounds d * sum once, as the CPU's first product does; then
-            // acc += d_a * that. Per row and group, so once for all 64 columns.
-            const float n0 = -12582912.0f * d0, n1 = -12582912.0f * d1;
+            // d * sum rounded once (TANDEM_SUM_BIAS), as the CPU's first product is; then acc +=
+            // d_a * that. The constant is per row and group, so once for all 64 columns.
+            const float n0 = tandem_sum_unbias(d0), n1 = tandem_sum_unbias(d1);
 #pragma unroll
             for (int np = 0; np < 4; ++np) {
                 u32 fb[4];
@@ -2711,7 +2714,6 @@ TANDEM_DEVICE void tandem_wgmma_quant_tile(const char* w, const u16* xh, char* d
 #define TANDEM_WGMMQ_STAGES 4
 // Bytes of one step's int8 tile (weight rows or activation columns: 128 x 128 bytes).
 #define TANDEM_WGMMQ_TILE (128 * 128)
-#define TANDEM_WGMMQ_MAGIC 0x4B400000
 
 // The superblock types on the same GEMM: a k step is half of a 256-value superblock (four of its
 // eight groups); each step stages the bytes of its superblock (16-byte aligned) before the quants
@@ -2925,7 +2927,7 @@ TANDEM_DEVICE void tandem_wgmmq_prepare(u8* tile, float* scales, u8* mins, float
     }
     const int g = p / TANDEM_WGMMQ_BN, c = p % TANDEM_WGMMQ_BN;
     act[TANDEM_WGMMQ_KG * c + g] = ds.x;
-    act[L::ACT + TANDEM_WGMMQ_KG * c + g] = -12582912.0f * ds.x;
+    act[L::ACT + TANDEM_WGMMQ_KG * c + g] = tandem_sum_unbias(ds.x);
     if (T::MIN) {
         // s_a as s1 + s2, both tf32: s1 rounded to nearest, s2 the rest rounded again (which may
         // drop s_a's lowest bits: a relative error below 2^-22).
@@ -2986,7 +2988,7 @@ TANDEM_DEVICE void tandem_wgmmq_scale(const int (&ia)[16], float* acc, const tan
         const float dw[2] = {j % 2 ? wd.z : wd.x, j % 2 ? wd.w : wd.y};
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            const float r = __int_as_float(ia[4 * j + e] + TANDEM_WGMMQ_MAGIC);
+            const float r = __int_as_float(ia[4 * j + e] + TANDEM_SUM_BIAS);
             const float t = e < 2 ? fmaf(d0, r, n0) : fmaf(d1, r, n1);
             acc[4 * j + e] = fmaf(dw[e & 1], t, acc[4 * j + e]);
         }
