@@ -2742,18 +2742,15 @@ struct tandem_wgmmq_layout {
     static constexpr int RAW_ROW = SB ? T::BYTES : TANDEM_WGMMQ_KG * T::BYTES;
     // A row's raw step is 8-byte aligned (a superblock 16-byte); it is copied as the UNITS 16-byte
     // units around it (the first may hold 8 bytes before the step; superblocks: the CU of them
-    // the step needs) into WROW bytes, UQ units by each of the four threads of a row (the last
-    // ones may have fewer or none).
+    // the step needs) into WROW bytes.
     static constexpr int UNITS = SB ? RAW_ROW / 16 : (RAW_ROW + 8 + 15) / 16;
-    // Units a step copies (superblocks: HU before the quants, then four of quants), UQ by each of
-    // the four threads of a row.
+    // Units a step copies per row (superblocks: HU before the quants, then four of quants).
     static constexpr int HU = SB ? (RAW_ROW - 128) / 16 : 0;
     static constexpr int CU = SB ? HU + 4 : UNITS;
     static constexpr int WROW = CU * 16;
-    static constexpr int UQ = (CU + 3) / 4;
     // Bytes of the last unit inside the step, less the lead: all the others are whole.
     static constexpr int TAIL = RAW_ROW - 16 * (UNITS - 1);
-    // (d, s) f32 pairs of a step as copied, group-major: pair (g, c) at 8 (g * BN + c).
+    // (d, s) f32 pairs of a step as copied, tile column-major: pair (c, g) at 8 (KG c + g).
     static constexpr int PAIRS = TANDEM_WGMMQ_KG * TANDEM_WGMMQ_BN * 8;
     static constexpr int STAGE = TANDEM_WGMMQ_TILE + PAIRS + (TANDEM_WGMMQ_BM * WROW + 1023) / 1024 * 1024;
     // Weight scales of a tile: d of row 8 j + 2 q + e (j < 16) and group g at (4 g + q) * SROW +
@@ -2778,27 +2775,35 @@ struct tandem_wgmmq_layout {
 
 // A thread's copies of each step: 16-byte piece t % 8 of the int8 rows of tile columns t / 8 +
 // 64 i (bit i of `in`: the map has the column), the pair of group t % 4 of tile column t / 4
-// (bit 2), and 16-byte units t % 4, t % 4 + 4, ... of weight row t / 4's step (bit 3: the row
-// is inside m): the units around the step, from its address rounded down to 16 bytes (lead(),
-// 0 or 8 bytes) to its end, bytes past the end zero. The four threads of a row take adjacent
-// units, so each copy instruction reads whole sectors. The weights' base must be 16-byte aligned
-// (the host checks), so the bytes before a step are the row's previous step or the previous
-// row's last (superblock types: the CU units tandem_wgmmq_super names, staged where they lie in
-// the superblock). Offsets into the q8_1 copy are 32-bit (it is at most MAX_SCRATCH, 1 GiB);
-// missing columns and rows copy zeros.
+// (bit 2), and the 16-byte units c = t, t + 512, ... of the step's weight units, unit c % CU of
+// row c / CU (rows past m copy zeros): the units around the row's step, from its address rounded
+// down to 16 bytes (lead, 0 or 8 bytes) to its end, bytes past the end zero. Consecutive threads
+// take consecutive units of a row and then the next row, so a warp's copy reads the few lines of
+// about four rows, and writes 512 contiguous bytes: unit c lands at 16 c (the row's WROW bytes
+// are its CU units). The weights' base must be 16-byte aligned (the host checks), so the bytes
+// before a step are the row's previous step or the previous row's last (superblock types: the
+// CU units tandem_wgmmq_super names, staged where they lie in the superblock). Offsets into the
+// q8_1 copy are 32-bit (it is at most MAX_SCRATCH, 1 GiB); missing columns copy zeros.
 template <typename T>
 struct tandem_wgmmq_copies {
     using L = tandem_wgmmq_layout<T>;
     static_assert(TANDEM_WGMMQ_THREADS == 512 && TANDEM_WGMMQ_BN == 128 && TANDEM_WGMMQ_KG == 4,
-                  "two row pieces, one pair and a quarter weight row per thread");
+                  "two row pieces and one pair per thread");
+    // Weight units of a step, and the copies a thread makes of them.
+    static constexpr int UNITS_ALL = TANDEM_WGMMQ_BM * L::CU;
+    static constexpr int UQ = (UNITS_ALL + TANDEM_WGMMQ_THREADS - 1) / TANDEM_WGMMQ_THREADS;
+    static_assert(UQ <= 8, "copy flags in bits 8.. and 16.. of `in`");
     const u8* aq;
     const u8* ads;
+    // Step 0 of row 0 (superblocks: its superblock).
     const u8* w;
     u32 q[2];
     u32 d;
+    // Bits 0, 1: activation rows; 2: pair; 8 + j: copy j's row is inside m; 16 + j: copy j is its
+    // row's last unit (superblocks: a quant unit).
     u32 in;
-    // Step 0's phase: where it starts in its staged row (0 or 8), or for superblocks which half
-    // of its superblock it is (0 or 1).
+    // Step 0's phase: where row t / 4's step 0 starts in its staged row (0 or 8), or for
+    // superblocks which half of its superblock it is (0 or 1).
     int phase0;
     // Step 0 of the copies is step st0 of k.
     template <typename C>
@@ -2816,10 +2821,14 @@ struct tandem_wgmmq_copies {
         const i64 c = cols.act(t / 4);
         d = c >= 0 ? (u32)((c * (k / 32) + st0 * TANDEM_WGMMQ_KG + t % 4) * 8) : 0;
         if (c >= 0) in |= 4u;
-        const bool row_in = t / 4 < rows;
-        w = row_in ? wrow0 + (t / 4) * nb01 + (L::SB ? st0 / 2 : st0) * L::RAW_ROW : wrow0;
-        if (row_in) in |= 8u;
-        phase0 = L::SB ? (int)(st0 & 1) : (int)((u64)w & 15u);
+        w = wrow0 + (L::SB ? st0 / 2 : st0) * L::RAW_ROW;
+#pragma unroll
+        for (int j = 0; j < UQ; ++j) {
+            const int cu = t + TANDEM_WGMMQ_THREADS * j, r = cu / L::CU, u = cu % L::CU;
+            if (cu < UNITS_ALL && r < rows) in |= 1u << (8 + j);
+            if (L::SB ? u >= L::HU : u == L::UNITS - 1) in |= 1u << (16 + j);
+        }
+        phase0 = L::SB ? (int)(st0 & 1) : (int)((u64)(w + (t / 4) * nb01) & 15u);
     }
     // The activation rows of step st into `act`.
     __device__ void acts(u8* act, int st) const {
@@ -2839,33 +2848,39 @@ struct tandem_wgmmq_copies {
     }
     // Superblocks: the first of step st's four groups in its superblock (0 or 4).
     __device__ int group0(int st) const { return L::SB ? 4 * ((phase0 + st) & 1) : 0; }
-    // Bytes from w to the start of step st's staged units: 8 before w where step 0 starts 8 bytes
-    // into its unit (a row's raw steps are far shorter than 2^31 bytes).
-    __device__ int offset(int st) const {
-        return L::SB ? ((phase0 + st) >> 1) * L::RAW_ROW : st * L::RAW_ROW - lead(st);
-    }
-    // The pairs and raw weight blocks of step st into `pairs` and `raw`.
-    __device__ void blocks(u8* pairs, u8* raw, int st) const {
-        const int t = threadIdx.x, u0 = t % 4;
+    // The pairs and raw weight units of step st into `pairs` (tile column-major: pair (c, g) at
+    // 8 (KG c + g)) and `raw`; nb01: the weights' row stride.
+    __device__ void blocks(u8* pairs, u8* raw, int st, i64 nb01) const {
+        const int t = threadIdx.x;
         const bool dok = (in >> 2) & 1u;
-        tandem_cp8(pairs + ((t % 4) * TANDEM_WGMMQ_BN + t / 4) * 8,
-                   ads + (dok ? d + (u32)st * TANDEM_WGMMQ_KG * 8 : 0), dok ? 8 : 0);
-        const bool wok = (in >> 3) & 1u;
-        const int ld = lead(st);
-        const u8* src = w + (wok ? offset(st) : 0);
-        const int tail = wok ? ld + L::TAIL : 0;
-        const u32 dst = tandem_smem_addr(raw) + (t / 4) * L::WROW + 16 * u0;
+        tandem_cp8(pairs + 8 * t, ads + (dok ? d + (u32)st * TANDEM_WGMMQ_KG * 8 : 0), dok ? 8 : 0);
+        const u32 dst = tandem_smem_addr(raw) + 16 * t;
         // Superblocks: the quant units of the step's half (64 bytes further on for the second)
         // are staged right after the HU units before the quants.
         const int skip = 16 * group0(st);
+        const u8* a = w + (L::SB ? ((phase0 + st) >> 1) * L::RAW_ROW : st * L::RAW_ROW);
 #pragma unroll
-        for (int j = 0; j < L::UQ; ++j) {
-            const int u = u0 + 4 * j;
-            const int sk = L::SB && u >= L::HU ? skip : 0;
-            const int n = L::SB || u < L::UNITS - 1 ? (wok ? 16 : 0) : tail;
+        for (int j = 0; j < UQ; ++j) {
+            // The last round's copies end at a warp boundary (UNITS_ALL is a multiple of BM).
+            if (UNITS_ALL % TANDEM_WGMMQ_THREADS != 0 && t + TANDEM_WGMMQ_THREADS * j >= UNITS_ALL) break;
+            const int cu = t + TANDEM_WGMMQ_THREADS * j, r = cu / L::CU, u = cu % L::CU;
+            // 32-bit: the host keeps nb01 under 2^24, so r nb01 < 2^31.
+            const u8* p = a + ((u32)r * (u32)nb01 + 16 * u);
+            const bool last = (in >> (16 + j)) & 1u;
+            const u8* src;
+            int n;
+            if constexpr (L::SB) {
+                src = p + (last ? skip : 0);
+                n = 16;
+            } else {
+                // The row's step starts ld bytes into its first unit.
+                const int ld = (int)((u64)p & 15u);
+                src = p - ld;
+                n = last ? ld + L::TAIL : 16;
+            }
+            if (!((in >> (8 + j)) & 1u)) n = 0;
             // Copies of no bytes name the activation copy (valid, 16-byte aligned).
-            if (u < L::CU)
-                tandem_cp16s(dst + 64 * j, n > 0 ? (const void*)(src + 16 * u + sk) : (const void*)aq, n);
+            tandem_cp16s(dst + 16 * TANDEM_WGMMQ_THREADS * j, n > 0 ? (const void*)src : (const void*)aq, n);
         }
     }
 };
@@ -2925,15 +2940,15 @@ TANDEM_DEVICE void tandem_wgmmq_prepare(u8* tile, float* scales, u8* mins, float
 #pragma unroll
         for (int u = 0; u < 4; ++u) *(float*)(row + 16 * (u ^ sw)) = u < 2 ? m1 : m2;
     }
-    const int g = p / TANDEM_WGMMQ_BN, c = p % TANDEM_WGMMQ_BN;
-    act[TANDEM_WGMMQ_KG * c + g] = ds.x;
-    act[L::ACT + TANDEM_WGMMQ_KG * c + g] = tandem_sum_unbias(ds.x);
+    // Pair p is group p % KG of tile column p / KG, which its arrays hold at KG c + g = p.
+    act[p] = ds.x;
+    act[L::ACT + p] = tandem_sum_unbias(ds.x);
     if (T::MIN) {
         // s_a as s1 + s2, both tf32: s1 rounded to nearest, s2 the rest rounded again (which may
         // drop s_a's lowest bits: a relative error below 2^-22).
         const float s1 = tandem_tf32(ds.y);
-        act[2 * L::ACT + TANDEM_WGMMQ_KG * c + g] = s1;
-        act[3 * L::ACT + TANDEM_WGMMQ_KG * c + g] = tandem_tf32(ds.y - s1);
+        act[2 * L::ACT + p] = s1;
+        act[3 * L::ACT + p] = tandem_tf32(ds.y - s1);
     }
 }
 
@@ -3021,11 +3036,11 @@ TANDEM_DEVICE void tandem_wgmmq_tile(u8* base, const u8* wb, i64 nb01, i64 m, i6
     auto mins = [&](int j) { return base + 2 * TANDEM_WGMMQ_TILE + (j & 1) * L::MINS; };
     auto scales = [&](int j) { return (float*)(fixed + (j & 1) * L::SCALES); };
     auto acts = [&](int j) { return (float*)(fixed + 2 * L::SCALES + (j & 1) * L::ACTS); };
-    cp.blocks(pairs(0), raw(0), 0);
+    cp.blocks(pairs(0), raw(0), 0, nb01);
 #pragma unroll
     for (int j = 0; j < TANDEM_WGMMQ_STAGES - 1; ++j) {
         if (j < steps) cp.acts(act(j), j);
-        if (j + 1 < steps) cp.blocks(pairs(j + 1), raw(j + 1), j + 1);
+        if (j + 1 < steps) cp.blocks(pairs(j + 1), raw(j + 1), j + 1, nb01);
         tandem_cp_commit();
     }
     tandem_cp_wait<TANDEM_WGMMQ_STAGES - 2>();
@@ -3066,7 +3081,7 @@ TANDEM_DEVICE void tandem_wgmmq_tile(u8* base, const u8* wb, i64 nb01, i64 m, i6
         const float4 n0 = *(const float4*)(av + L::ACT + 4 * a0), n1 = *(const float4*)(av + L::ACT + 4 * (a0 + 8));
         const int next = st + TANDEM_WGMMQ_STAGES - 1;
         if (next < steps) cp.acts(act(next), next);
-        if (next + 1 < steps) cp.blocks(pairs(next + 1), raw(next + 1), next + 1);
+        if (next + 1 < steps) cp.blocks(pairs(next + 1), raw(next + 1), next + 1, nb01);
         tandem_cp_commit();
         if (st + 1 < steps)
             tandem_wgmmq_prepare<T>(tile(st + 1), scales(st + 1), mins(st + 1), acts(st + 1), raw(st + 1),

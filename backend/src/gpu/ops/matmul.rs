@@ -214,7 +214,8 @@ mod tests {
         mmv_shared_bytes, quantize_config, rows_per_wave, split_sum_config, wgmma_config, wgmma_entry,
         wgmma_f16_config, wgmma_fits, wgmma_shared_bytes, wgmma_takes, wgmmq_config, wgmmq_entry, wgmmq_fits,
         wgmmq_shared_bytes, wgmmq_tensor_offsets, wmma_entry, wmma_native_layout, MmSplit, AMD_BLOCK_LDS, GEMM_FAMILY,
-        GEMV_FAMILY, GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES, MMA_COPY_VALUES, QUANTIZE_VALUES, WMMA_FAMILY,
+        GEMV_FAMILY, GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES, MMA_COPY_VALUES, QUANTIZE_VALUES, WGMMQ_MAX_ROW_BYTES,
+        WMMA_FAMILY,
     };
     use super::*;
     use crate::gpu::api::DevicePtr;
@@ -639,6 +640,21 @@ mod tests {
                 nb02,
                 nb03: nb02,
                 ..q
+            }
+        ));
+        let wide = MulMatShape {
+            nb01: WGMMQ_MAX_ROW_BYTES,
+            nb02: WGMMQ_MAX_ROW_BYTES * q.m,
+            nb03: WGMMQ_MAX_ROW_BYTES * q.m,
+            ..q
+        };
+        assert!(!wgmmq_fits(ElemType::Q4_0, at, &wide), "rows past 32-bit tile offsets");
+        assert!(wgmmq_fits(
+            ElemType::Q4_0,
+            at,
+            &MulMatShape {
+                nb01: WGMMQ_MAX_ROW_BYTES - 8,
+                ..wide
             }
         ));
         assert!(!wgmma_fits(ElemType::Q4K, at, &q), "no Hopper GEMM for superblocks");

@@ -584,13 +584,19 @@ pub fn wgmmq_entry(ty: ElemType) -> Option<&'static str> {
 /// it), so k must be a multiple of 128, rows and batch bases 8-byte aligned and the weights'
 /// base 16-byte aligned (the bytes before any step then lie inside the weights); for q4_K and
 /// q5_K half a superblock, the whole superblock copied, so rows and batch bases 16-byte aligned.
+/// A tile's rows lie within 32-bit offsets of its first ([`WGMMQ_MAX_ROW_BYTES`]).
 pub fn wgmmq_fits(ty: ElemType, base: DevicePtr, s: &MulMatShape) -> bool {
     wgmmq_entry(ty).is_some()
         && s.k > 0
         && s.k % 128 == 0
         && (s.nb01 | s.nb02 | s.nb03) % wgmmq_staging(ty).1 == 0
+        && s.nb01 < WGMMQ_MAX_ROW_BYTES
         && base.0.is_multiple_of(16)
 }
+
+/// The Hopper int8 GEMM's copies address a tile's 128 weight rows as 32-bit offsets (row × row
+/// stride) from its first: row strides below 16 MiB (16.7 M q8_0 values a row) keep them so.
+pub const WGMMQ_MAX_ROW_BYTES: i64 = 1 << 24;
 
 /// How the Hopper int8 GEMM stages a weight row's k step (`tandem_wgmmq_layout` in mma.hip):
 /// the bytes of its staged row, and the alignment it needs of rows and batch bases. The 32-value
