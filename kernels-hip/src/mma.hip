@@ -2859,11 +2859,19 @@ struct tandem_wgmmq_copies {
         // are staged right after the HU units before the quants.
         const int skip = 16 * group0(st);
         const u8* a = w + (L::SB ? ((phase0 + st) >> 1) * L::RAW_ROW : st * L::RAW_ROW);
+        // The types with an offset hold more through the k loop (the tf32 offsets' operands): they
+        // read the thread index again where the compiler cannot hoist it, so the copies' row
+        // offsets are made afresh each step rather than spilled; the others keep them in
+        // registers, which is faster for them (performance.md, sixteenth record).
+        int tr = t;
+#if defined(TANDEM_NVIDIA)
+        if constexpr (T::MIN) asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tr));
+#endif
 #pragma unroll
         for (int j = 0; j < UQ; ++j) {
             // The last round's copies end at a warp boundary (UNITS_ALL is a multiple of BM).
             if (UNITS_ALL % TANDEM_WGMMQ_THREADS != 0 && t + TANDEM_WGMMQ_THREADS * j >= UNITS_ALL) break;
-            const int cu = t + TANDEM_WGMMQ_THREADS * j, r = cu / L::CU, u = cu % L::CU;
+            const int cu = tr + TANDEM_WGMMQ_THREADS * j, r = cu / L::CU, u = cu % L::CU;
             // 32-bit: the host keeps nb01 under 2^24, so r nb01 < 2^31.
             const u8* p = a + ((u32)r * (u32)nb01 + 16 * u);
             const bool last = (in >> (16 + j)) & 1u;
