@@ -595,7 +595,7 @@ pub fn wgmmq_fits(ty: ElemType, base: DevicePtr, s: &MulMatShape) -> bool {
 }
 
 /// The Hopper int8 GEMM's copies address a tile's 128 weight rows as 32-bit offsets (row × row
-/// stride) from its first: row strides below 16 MiB (16.7 M q8_0 values a row) keep them so.
+/// stride) from its first: row strides below 16 MiB (15.8 M q8_0 values a row) keep them so.
 pub const WGMMQ_MAX_ROW_BYTES: i64 = 1 << 24;
 
 /// How the Hopper int8 GEMM stages a weight row's k step (`tandem_wgmmq_layout` in mma.hip):
