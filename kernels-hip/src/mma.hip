@@ -291,8 +291,9 @@ TANDEM_DEVICE void tandem_ldsm4(u32 (&r)[4], const u8* p) {
 TANDEM_DEVICE float tandem_sum_unbias(float d) { return -12582912.0f * d; }
 
 #if defined(TANDEM_MMA_ENABLED)
-// Int8 mma whose int32 sums start from TANDEM_SUM_BIAS (tandem_imma_f32 gives the sum): m16n8k32 over a 32-value group (A: rows
-// r, r + 8 of values 4 c .. and 16 + 4 c ..; B: the two halves' registers) ...
+// Int8 mma whose int32 sums start from TANDEM_SUM_BIAS (tandem_imma_f32 gives the sum):
+// m16n8k32 over a 32-value group (A: rows r, r + 8 of values 4 c .. and 16 + 4 c ..; B: the two
+// halves' registers) ...
 TANDEM_DEVICE void tandem_imma32(int (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
     asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
         "{%8, %9}, {%10, %10, %10, %10};"
@@ -306,7 +307,7 @@ TANDEM_DEVICE void tandem_imma16(int (&c)[4], u32 a0, u32 a1, u32 b) {
         : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
         : "r"(a0), "r"(a1), "r"(b), "r"(TANDEM_SUM_BIAS));
 }
-TANDEM_DEVICE float tandem_imma_f32(int c) { return __int_as_float(c) - 12582912.0f; }
+TANDEM_DEVICE float tandem_imma_f32(int c) { return __int_as_float(c) + tandem_sum_unbias(1.0f); }
 // The sums of B's int8 values over one half group, for its columns 2 (lane % 4) and + 1: an
 // m16n8k16 against ones (exact, as the others).
 TANDEM_DEVICE void tandem_imma_sums16(u32 b, float& s0, float& s1) {
