@@ -33,9 +33,6 @@ TANDEM_DEVICE float tandem_mm_half(const u8* p) {
     return tandem_f16_to_f32(*(const u16*)p);
 }
 
-__constant__ i8 tandem_mm_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                              1,    13,   25,  38,  53,  69,  89,  113};
-
 // ---------------------------------------------------------------- weight element decoders
 // Quantized types: elem(b, j) is weight j (0 .. QK) of the block at b (2-byte aligned).
 
@@ -79,7 +76,7 @@ struct tandem_mm_iq4_nl {
     static constexpr int QK = 32, BYTES = 18;
     static __device__ __forceinline__ float elem(const u8* b, int j) {
         const int q = j < 16 ? (b[2 + j] & 15) : (b[2 + j - 16] >> 4);
-        return tandem_mm_half(b) * (float)tandem_mm_iq4nl_values[q];
+        return tandem_mm_half(b) * (float)tandem_iq4nl_level((u32)q);
     }
 };
 // Superblocks of 256: weight j is in 32-weight group g = j / 32 = 4n + jj at lane l = j % 32.

@@ -111,17 +111,6 @@ TANDEM_DEVICE int tandem_bsum4(int a, int c) {
     return tandem_dp4a(0x01010101, a, c);
 }
 
-__constant__ i8 tandem_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                           1,    13,   25,  38,  53,  69,  89,  113};
-
-// Four 4-bit indices (one in each byte's low nibble) looked up in the iq4_nl table.
-TANDEM_DEVICE int tandem_iq4nl_lookup4(u32 x) {
-    u32 r = 0;
-    for (int i = 0; i < 4; ++i) {
-        r |= (u32)(u8)tandem_iq4nl_values[(x >> (8 * i)) & 15u] << (8 * i);
-    }
-    return (int)r;
-}
 
 // ---------------------------------------------------------------- weight types against q8_1
 // Each type: QK weights per block of BYTES bytes; dot() takes the block (in shared memory, at a
@@ -207,8 +196,10 @@ struct tandem_mv_iq4_nl {
         const float d = tandem_half_words_a2<4>(b, q);
         int s = 0;
         for (int i = 0; i < 4; ++i) {
-            s = tandem_dp4a(tandem_iq4nl_lookup4(q[i]), a[i], s);
-            s = tandem_dp4a(tandem_iq4nl_lookup4(q[i] >> 4), a[4 + i], s);
+            u32 lo, hi;
+            tandem_iq4nl_levels8(q[i], lo, hi);
+            s = tandem_dp4a((int)lo, a[i], s);
+            s = tandem_dp4a((int)hi, a[4 + i], s);
         }
         return d * da * (float)s;
     }

@@ -71,15 +71,6 @@ TANDEM_DEVICE u32 tandem_mma_spread4(u32 bits) {
     return ((bits & 1u) << 4) | ((bits & 2u) << 11) | ((bits & 4u) << 18) | ((bits & 8u) << 25);
 }
 
-__constant__ i8 tandem_mma_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                               1,    13,   25,  38,  53,  69,  89,  113};
-
-// Four 4-bit indices (one in each byte's low nibble) looked up in the iq4_nl table.
-TANDEM_DEVICE u32 tandem_mma_iq4nl4(u32 x) {
-    u32 r = 0;
-    for (int i = 0; i < 4; ++i) r |= (u32)(u8)tandem_mma_iq4nl_values[(x >> (8 * i)) & 15u] << (8 * i);
-    return r;
-}
 
 // ---------------------------------------------------------------- helpers
 
@@ -451,10 +442,7 @@ struct tandem_mmf_iq4_nl {
     static constexpr int BYTES = 18;
     static constexpr bool MIN = false;
     static constexpr int WORDS = 4;
-    static __device__ __forceinline__ void quad(u32 v, u32& lo, u32& hi) {
-        lo = tandem_mma_iq4nl4(v);
-        hi = tandem_mma_iq4nl4(v >> 4);
-    }
+    static __device__ __forceinline__ void quad(u32 v, u32& lo, u32& hi) { tandem_iq4nl_levels8(v, lo, hi); }
     static __device__ __forceinline__ void frag(const u8* b, int c, u32& lo, u32& hi, float& d, float& m) {
         quad(tandem_mma_ld32(b + 2 + 4 * c), lo, hi);
         d = tandem_mma_half(b);

@@ -226,11 +226,50 @@ TANDEM_DEVICE float tandem_dequant_q8_0(const tandem_block_q8_0* b, int j) {
 
 // iq4_nl's 16 levels (ggml's kvalues_iq4nl) packed as signed bytes into two words, so a lookup is
 // a shift in registers rather than a table in memory.
+#define TANDEM_IQ4NL_LOW 0xf6eaddcfbfad9881ull   // -127 -104 -83 -65 -49 -35 -22 -10 (byte 0 first)
+#define TANDEM_IQ4NL_HIGH 0x7159453526190d01ull  // 1 13 25 38 53 69 89 113
 TANDEM_DEVICE int tandem_iq4nl_level(u32 q) {
-    const u64 low = 0xf6eaddcfbfad9881ull;   // -127 -104 -83 -65 -49 -35 -22 -10 (byte 0 first)
-    const u64 high = 0x7159453526190d01ull;  // 1 13 25 38 53 69 89 113
-    const u64 w = (q & 8u) ? high : low;
+    const u64 w = (q & 8u) ? TANDEM_IQ4NL_HIGH : TANDEM_IQ4NL_LOW;
     return (int)(i8)(u8)(w >> (8u * (q & 7u)));
+}
+
+// Eight iq4_nl levels at once: the low nibbles of q's four bytes into lo's bytes and the high
+// nibbles into hi's, as signed bytes (byte i from byte i of q), from the same two words held as
+// four registers: byte permutes rather than eight table loads with per-lane addresses (which NVIDIA
+// serialises in the constant cache and AMD turns into global loads).
+//   NVIDIA (prmt, nibble selectors): each selector nibble picks one of eight bytes, and with its
+//   top bit set copies that byte's sign bit instead. Lookups with q's nibbles, top bits cleared,
+//   give the levels of nibbles 0..3 (levels 0..7 and 8..15 in two permutes) and of 4..7; a
+//   nibble's bit 3 picks between them through a byte mask made by the sign mode: bit 3 of nibble
+//   2 j sits at bit 7 of byte j of q << 4, that of nibble 2 j + 1 at bit 7 of byte j of q. The
+//   results hold the levels in nibble order (lo, hi, lo, hi), which two more permutes sort.
+//   AMD (v_perm_b32, byte selectors 0..7: bytes 0..3 of the second operand, then the first's):
+//   the low nibbles masked to 0..7 select among levels 0..7 and 8..15; bit 3 of each then picks
+//   byte i or byte i + 4 of those two results.
+TANDEM_DEVICE void tandem_iq4nl_levels8(u32 q, u32& lo, u32& hi) {
+    const u32 t0 = (u32)TANDEM_IQ4NL_LOW, t1 = (u32)(TANDEM_IQ4NL_LOW >> 32);
+    const u32 t2 = (u32)TANDEM_IQ4NL_HIGH, t3 = (u32)(TANDEM_IQ4NL_HIGH >> 32);
+#if defined(TANDEM_NVIDIA)
+    const u32 s = q & 0x77777777u, s_hi = s >> 16, a = q << 4;
+    u32 l0, h0, l1, h1, m0, m1;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(l0) : "r"(t0), "r"(t1), "r"(s));
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(h0) : "r"(t2), "r"(t3), "r"(s));
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(l1) : "r"(t0), "r"(t1), "r"(s_hi));
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(h1) : "r"(t2), "r"(t3), "r"(s_hi));
+    // Byte masks of bit 3 of nibbles 0..3 and 4..7: the signs of bytes 0, 4, 1, 5 (2, 6, 3, 7) of
+    // (a, q).
+    asm("prmt.b32 %0, %1, %2, 0xd9c8;" : "=r"(m0) : "r"(a), "r"(q));
+    asm("prmt.b32 %0, %1, %2, 0xfbea;" : "=r"(m1) : "r"(a), "r"(q));
+    const u32 r0 = (l0 & ~m0) | (h0 & m0), r1 = (l1 & ~m1) | (h1 & m1);
+    asm("prmt.b32 %0, %1, %2, 0x6420;" : "=r"(lo) : "r"(r0), "r"(r1));
+    asm("prmt.b32 %0, %1, %2, 0x7531;" : "=r"(hi) : "r"(r0), "r"(r1));
+#else
+    const u32 s0 = q & 0x07070707u, s1 = (q >> 4) & 0x07070707u;
+    lo = __builtin_amdgcn_perm(__builtin_amdgcn_perm(t3, t2, s0), __builtin_amdgcn_perm(t1, t0, s0),
+                               ((q >> 1) & 0x04040404u) | 0x03020100u);
+    hi = __builtin_amdgcn_perm(__builtin_amdgcn_perm(t3, t2, s1), __builtin_amdgcn_perm(t1, t0, s1),
+                               ((q >> 5) & 0x04040404u) | 0x03020100u);
+#endif
 }
 
 TANDEM_DEVICE float tandem_dequant_iq4_nl(const tandem_block_iq4_nl* b, int j) {
