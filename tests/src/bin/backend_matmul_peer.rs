@@ -122,6 +122,7 @@ fn cases() -> Vec<Case> {
         ElemType::Q4_0,
         ElemType::Q4K,
         ElemType::Q6K,
+        ElemType::IQ4NL,
     ] {
         v.push(mm(ty, 14336, 4096, 1));
     }
@@ -131,7 +132,13 @@ fn cases() -> Vec<Case> {
     for ty in [ElemType::Q4_0, ElemType::Q4K] {
         v.push(mm(ty, 14336, 4096, 8));
     }
-    for ty in [ElemType::F16, ElemType::Q8_0, ElemType::Q4_0, ElemType::Q4K] {
+    for ty in [
+        ElemType::F16,
+        ElemType::Q8_0,
+        ElemType::Q4_0,
+        ElemType::Q4K,
+        ElemType::IQ4NL,
+    ] {
         v.push(mm(ty, 14336, 4096, 512));
     }
     for n in [1, 512] {

@@ -103,6 +103,19 @@ pub fn cases(batched: bool) -> Vec<Case> {
         ElemType::Q4_0,
         ElemType::Q4K,
         ElemType::Q6K,
+        ElemType::IQ4NL,
+    ] {
+        v.push(mul_mat(ty, 14336, 4096, 1));
+    }
+    // The other weight types of the build list, so a slow kernel of any of them shows.
+    for ty in [
+        ElemType::BF16,
+        ElemType::Q4_1,
+        ElemType::Q5_0,
+        ElemType::Q5_1,
+        ElemType::Q2K,
+        ElemType::Q3K,
+        ElemType::Q5K,
     ] {
         v.push(mul_mat(ty, 14336, 4096, 1));
     }
@@ -141,6 +154,11 @@ pub fn cases(batched: bool) -> Vec<Case> {
             ElemType::Q6K,
             ElemType::Q3K,
             ElemType::Q2K,
+            ElemType::IQ4NL,
+            ElemType::Q4_1,
+            ElemType::Q5_0,
+            ElemType::Q5_1,
+            ElemType::BF16,
         ] {
             v.push(mul_mat(ty, 14336, 4096, 512));
         }
