@@ -2023,7 +2023,7 @@ TANDEM_DEVICE void tandem_cdna_f16_step(float (&acc)[2][4][4], const u8* sa, con
 #endif
 }
 
-template <bool WM = false>
+template <bool WM = false, bool BF = false>
 TANDEM_DEVICE void tandem_mma_f16_tile(const char* w, const u16* xh, char* dst, const tandem_mm_shape& s,
                                        int lay = 0) {
     __shared__ __align__(16) tandem_mmh_smem sm;
@@ -2092,10 +2092,17 @@ TANDEM_DEVICE void tandem_mma_f16_tile(const char* w, const u16* xh, char* dst, 
 #pragma unroll
                 for (int mt = 0; mt < 2; ++mt) {
                     float* a = acc[mt][nt];
-                    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                        "{%8, %9}, {%0, %1, %2, %3};"
-                        : "+f"(a[0]), "+f"(a[1]), "+f"(a[2]), "+f"(a[3])
-                        : "r"(fa[mt][0]), "r"(fa[mt][1]), "r"(fa[mt][2]), "r"(fa[mt][3]), "r"(b0), "r"(b1));
+#define TANDEM_MMH_ASM(TY)                                                                                   \
+    asm("mma.sync.aligned.m16n8k16.row.col.f32." TY "." TY ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "         \
+        "{%8, %9}, {%0, %1, %2, %3};"                                                                        \
+        : "+f"(a[0]), "+f"(a[1]), "+f"(a[2]), "+f"(a[3])                                                     \
+        : "r"(fa[mt][0]), "r"(fa[mt][1]), "r"(fa[mt][2]), "r"(fa[mt][3]), "r"(b0), "r"(b1))
+                    if constexpr (BF) {
+                        TANDEM_MMH_ASM("bf16");
+                    } else {
+                        TANDEM_MMH_ASM("f16");
+                    }
+#undef TANDEM_MMH_ASM
                 }
             }
         }
@@ -2223,38 +2230,45 @@ TANDEM_DEVICE void tandem_wgmma_hold(int (&d)[N]) {
 #endif
 }
 
-// D (64 x 256, f32, 128 per thread) += A (64 x 16) * B (256 x 16)^T, both f16 in shared memory
-// (descriptors), both K-major.
+// D (64 x 256, f32, 128 per thread) += A (64 x 16) * B (256 x 16)^T, both f16 (BF: bf16) in shared
+// memory (descriptors), both K-major. TY: the operands' PTX type.
+#define TANDEM_WGMMA_256_ASM(TY) \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n" \
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY " {" \
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+                 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+                 "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+                 "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+                 "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127" \
+                 "}, %128, %129, p, 1, 1, 0, 0;\n}" \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
+                   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+                   "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+                   "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+                   "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
+                   "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
+                   "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
+                   "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
+                   "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127]) \
+                 : "l"(da), "l"(db), "r"(1));
+template <bool BF = false>
 TANDEM_DEVICE void tandem_wgmma_256(float (&d)[128], u64 da, u64 db) {
 #if defined(TANDEM_WGMMA_ENABLED)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
-                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-                 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-                 "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-                 "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-                 "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-                 "}, %128, %129, p, 1, 1, 0, 0;\n}"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-                   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-                   "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-                   "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-                   "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-                   "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-                   "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-                   "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-                   "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-                 : "l"(da), "l"(db), "r"(1));
+    if constexpr (BF) {
+        TANDEM_WGMMA_256_ASM("bf16");
+    } else {
+        TANDEM_WGMMA_256_ASM("f16");
+    }
 #endif
 }
 
@@ -2349,14 +2363,15 @@ struct tandem_wgmma_cols {
 };
 
 // Issues the mma of one k step (four k16 slices) of this warpgroup's 64 rows at sa against the
-// step's columns at sb.
+// step's columns at sb (BF: bf16 operands).
+template <bool BF = false>
 TANDEM_DEVICE void tandem_wgmma_issue(float (&acc)[TANDEM_WGMMA_BN / 2], const u8* sa, const u8* sb) {
     static_assert(TANDEM_WGMMA_BN == 256, "one m64n256k16 per k16 slice");
     tandem_wgmma_hold(acc);
     tandem_wgmma_fence();
 #pragma unroll
     for (int j = 0; j < TANDEM_WGMMA_BK / 16; ++j) {
-        tandem_wgmma_256(acc, tandem_wgmma_desc(sa + 32 * j), tandem_wgmma_desc(sb + 32 * j));
+        tandem_wgmma_256<BF>(acc, tandem_wgmma_desc(sa + 32 * j), tandem_wgmma_desc(sb + 32 * j));
     }
     tandem_wgmma_commit();
 }
@@ -2429,9 +2444,11 @@ TANDEM_DEVICE float* tandem_mm_split_part(const tandem_mm_split& sp, i64 block, 
     return at.part > 0 ? sp.partial + ((at.part - 1) * (sp.tiles - sp.whole) + at.at) * values : nullptr;
 }
 
-// f16 weights, Hopper: blocks over tiles (and the last wave's parts) as tandem_mm_split says; a
-// split tile's part sums its k range and, past the first part, writes all 128 x 256 sums to its
-// place in sp.partial (row r of tile column c at c * 128 + r).
+// f16 weights (BF: bf16 weights against the bf16 copy), Hopper: blocks over tiles (and the last
+// wave's parts) as tandem_mm_split says; a split tile's part sums its k range and, past the first
+// part, writes all 128 x 256 sums to its place in sp.partial (row r of tile column c at c * 128 +
+// r).
+template <bool BF = false>
 TANDEM_DEVICE void tandem_wgmma_f16_tile(const char* w, const u16* xh, char* dst, const tandem_mm_shape& s,
                                          const tandem_mm_split& sp) {
     extern __shared__ __align__(1024) u8 tandem_wgmma_smem[];
@@ -2475,7 +2492,7 @@ TANDEM_DEVICE void tandem_wgmma_f16_tile(const char* w, const u16* xh, char* dst
         // wait in the step before), so its stage takes step st + STAGES - 2.
         __syncthreads();
         const u8* stage = base + (int)(st % TANDEM_WGMMA_STAGES) * STAGE;
-        tandem_wgmma_issue(acc, stage + g * 64 * 128, stage + TANDEM_WGMMA_A_BYTES);
+        tandem_wgmma_issue<BF>(acc, stage + g * 64 * 128, stage + TANDEM_WGMMA_A_BYTES);
         const i64 next = st + TANDEM_WGMMA_STAGES - 2;
         if (next < steps) {
             u8* nstage = base + (int)(next % TANDEM_WGMMA_STAGES) * STAGE;
@@ -3382,12 +3399,18 @@ TANDEM_MMV_KERNEL tandem_mmv_q6_K(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_m
 TANDEM_MMA_KERNEL tandem_mma_f16(const char* w, const u16* xh, char* dst, tandem_mm_shape s) {
     tandem_mma_f16_tile(w, xh, dst, s);
 }
+TANDEM_MMA_KERNEL tandem_mma_bf16(const char* w, const u16* xh, char* dst, tandem_mm_shape s) {
+    tandem_mma_f16_tile<false, true>(w, xh, dst, s);
+}
 
 #define TANDEM_WGMMA_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_WGMMA_THREADS, 1)
 #define TANDEM_WGMMA_ARGS const char *w, const u16 *xh, char *dst, tandem_mm_shape s
 #define TANDEM_WGMMQ_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_WGMMQ_THREADS, 1)
 #define TANDEM_WGMMQ_ARGS TANDEM_MMA_ARGS_Q, tandem_mm_split sp
 TANDEM_WGMMA_KERNEL tandem_wgmma_f16(TANDEM_WGMMA_ARGS, tandem_mm_split sp) { tandem_wgmma_f16_tile(w, xh, dst, s, sp); }
+TANDEM_WGMMA_KERNEL tandem_wgmma_bf16(TANDEM_WGMMA_ARGS, tandem_mm_split sp) {
+    tandem_wgmma_f16_tile<true>(w, xh, dst, s, sp);
+}
 TANDEM_WGMMA_KERNEL tandem_wgmma_q4_0(TANDEM_WGMMA_ARGS) { tandem_wgmma_quant_tile<tandem_mmf_q4_0>(w, xh, dst, s); }
 TANDEM_WGMMA_KERNEL tandem_wgmma_q4_1(TANDEM_WGMMA_ARGS) { tandem_wgmma_quant_tile<tandem_mmf_q4_1>(w, xh, dst, s); }
 TANDEM_WGMMA_KERNEL tandem_wgmma_q5_0(TANDEM_WGMMA_ARGS) { tandem_wgmma_quant_tile<tandem_mmf_q5_0>(w, xh, dst, s); }
@@ -3426,6 +3449,13 @@ TANDEM_DEVICE const char* tandem_mma_src_column(const char* src, i64 c, const ta
     const i64 i1 = c % s.ne1, i2 = (c / s.ne1) % s.ne2, i3 = c / (s.ne1 * s.ne2);
     return src + i1 * s.nb1 + i2 * s.nb2 + i3 * s.nb3;
 }
+// The f16 (BF: bf16, rounded to nearest even as ggml rounds its bf16 activation copy) copy of
+// the activations.
+template <bool BF = false>
+TANDEM_DEVICE u16 tandem_mma_half_of(float v) {
+    return BF ? tandem_f32_to_bf16(v) : tandem_f32_to_f16(v);
+}
+template <bool BF = false>
 TANDEM_DEVICE void tandem_mma_f16_copy_block(const char* src, u16* xh, tandem_mma_src_shape s) {
     const i64 i = TANDEM_MMA_COPY_VALUES * ((i64)blockIdx.x * blockDim.x + threadIdx.x);
     if (i >= s.k) return;
@@ -3435,16 +3465,20 @@ TANDEM_DEVICE void tandem_mma_f16_copy_block(const char* src, u16* xh, tandem_mm
         u16* out = xh + c * s.k + i;
         if (i + 4 <= s.k && s.nb0 == 4 && (((u64)col & 15) | ((u64)out & 7)) == 0) {
             const float4 v = *(const float4*)col;
-            *(uint2*)out = make_uint2((u32)tandem_f32_to_f16(v.x) | ((u32)tandem_f32_to_f16(v.y) << 16),
-                                      (u32)tandem_f32_to_f16(v.z) | ((u32)tandem_f32_to_f16(v.w) << 16));
+            *(uint2*)out = make_uint2((u32)tandem_mma_half_of<BF>(v.x) | ((u32)tandem_mma_half_of<BF>(v.y) << 16),
+                                      (u32)tandem_mma_half_of<BF>(v.z) | ((u32)tandem_mma_half_of<BF>(v.w) << 16));
         } else {
-            for (int e = 0; e < 4 && i + e < s.k; ++e) out[e] = tandem_f32_to_f16(*(const float*)(col + e * s.nb0));
+            for (int e = 0; e < 4 && i + e < s.k; ++e) out[e] = tandem_mma_half_of<BF>(*(const float*)(col + e * s.nb0));
         }
     }
 }
 extern "C" __global__ void __launch_bounds__(256)
 tandem_mma_f16_copy(const char* src, u16* xh, tandem_mma_src_shape s) {
     tandem_mma_f16_copy_block(src, xh, s);
+}
+extern "C" __global__ void __launch_bounds__(256)
+tandem_mma_bf16_copy(const char* src, u16* xh, tandem_mma_src_shape s) {
+    tandem_mma_f16_copy_block<true>(src, xh, s);
 }
 #if defined(TANDEM_WMMA_ENTRIES)
 // The same for the "wmma" family's f16 tiles.

@@ -209,7 +209,7 @@ pub const REGISTRATIONS: &[Registration] = registrations! {
 mod tests {
     use super::super::matmul_launch::{
         convert_config, entries, gemm_config, gemv_act_bytes, gemv_config, gemv_fuses_quantize, gemv_shared_bytes,
-        gemv_stages, gemv_waves, has_mma, has_wgmma, mma_config, mma_entry, mma_tile, mmid_grouped_bytes,
+        gemv_stages, gemv_waves, half_weights, has_mma, has_wgmma, mma_config, mma_entry, mma_tile, mmid_grouped_bytes,
         mmid_mma_config, mmid_mma_entry, mmid_wmma_entry, mmq_shared_bytes, mmv_config, mmv_entry, mmv_fits,
         mmv_shared_bytes, quantize_config, rows_per_wave, split_sum_config, wgmma_config, wgmma_entry,
         wgmma_f16_config, wgmma_fits, wgmma_shared_bytes, wgmma_takes, wgmmq_config, wgmmq_entry, wgmmq_fits,
@@ -412,9 +412,9 @@ mod tests {
         assert!(!has_mma("sm_75") && !has_mma("gfx1100") && !has_mma("") && !has_mma("sm_x"));
         let mma_src = tandem_kernels_hip::find("mma").unwrap();
         for ty in TYPES {
-            let want = !matches!(ty, ElemType::F32 | ElemType::BF16);
+            let want = ty != ElemType::F32;
             assert_eq!(mma_entry(ty).is_some(), want, "{ty}");
-            assert_eq!(mmid_mma_entry(ty).is_some(), want && ty != ElemType::F16, "{ty}");
+            assert_eq!(mmid_mma_entry(ty).is_some(), want && !half_weights(ty), "{ty}");
             for e in [mma_entry(ty), mmid_mma_entry(ty)].into_iter().flatten() {
                 assert!(mma_src.entries.contains(&e), "{e}");
             }
@@ -580,6 +580,10 @@ mod tests {
             }
         }
         assert!(wgmma_takes(ElemType::F16, false) && wgmma_takes(ElemType::F16, true));
+        assert!(
+            wgmma_takes(ElemType::BF16, false)
+                && wgmma_shared_bytes(ElemType::BF16) == wgmma_shared_bytes(ElemType::F16)
+        );
         assert!(!wgmma_takes(ElemType::Q4_0, false) && wgmma_takes(ElemType::Q4_0, true));
         assert!(!wgmma_takes(ElemType::Q4K, true) && !wgmma_takes(ElemType::F32, true));
         assert!(has_wgmma("sm_90a") && !has_wgmma("sm_90") && !has_wgmma("sm_100a") && !has_wgmma("gfx942"));
@@ -590,7 +594,7 @@ mod tests {
             ..mm
         };
         let at = DevicePtr(1 << 20);
-        assert!(wgmma_fits(ElemType::F16, at, &f16));
+        assert!(wgmma_fits(ElemType::F16, at, &f16) && wgmma_fits(ElemType::BF16, at, &f16));
         assert!(
             !wgmma_fits(ElemType::F16, DevicePtr((1 << 20) + 2), &f16),
             "base off 16 bytes"

@@ -15,15 +15,16 @@
 //! - `tandem_mul_mat_id_<type>`: as the GEMV of its type, grid.y = n_used * n_tokens.
 //! - `tandem_gemm_<type>`: block 256, grid (ceil(n / 64), ceil(m / 64), batches); 64 x 64 tiles.
 //! - `tandem_mma_<type>` (NVIDIA sm_80+, see [`mma_entry`] and [`mma_tile`]): int8 mma on the
-//!   q8_1 copy of src1 for weights in 32-value groups, f16 mma on an f16 copy of src1
-//!   (`tandem_mma_f16_copy`) for f16 weights; grid (ceil(n / tile n), ceil(m / tile m),
-//!   batches). Int8 (32-value block types, q2_K .. q6_K): block 128, 64 x 64 tiles, k steps
-//!   (four 32-value blocks, or one superblock) in flight through cp.async, dynamic shared memory
-//!   [`mmq_shared_bytes`]; f16: block 256, 128 x 64 tiles.
-//! - `tandem_wgmma_<type>` (NVIDIA sm_90, see [`wgmma_takes`]): f16 and the 32-value block types
-//!   on the f16 copy of src1 with warpgroup mma; block 256 (two warpgroups), 128 x 256 tiles,
-//!   grid (ceil(n / 256), ceil(m / 128), batches), dynamic shared memory [`wgmma_shared_bytes`];
-//!   f16 weights (`tandem_wgmma_f16`) take a one-dimensional grid split as the int8 GEMM's below.
+//!   q8_1 copy of src1 for weights in 32-value groups, f16 (bf16) mma on an f16 (bf16) copy of
+//!   src1 (`tandem_mma_f16_copy`, `tandem_mma_bf16_copy`) for f16 (bf16) weights; grid (ceil(n /
+//!   tile n), ceil(m / tile m), batches). Int8 (32-value block types, q2_K .. q6_K): block 128,
+//!   64 x 64 tiles, k steps (four 32-value blocks, or one superblock) in flight through cp.async,
+//!   dynamic shared memory [`mmq_shared_bytes`]; f16 and bf16: block 256, 128 x 64 tiles.
+//! - `tandem_wgmma_<type>` (NVIDIA sm_90, see [`wgmma_takes`]): f16, bf16 and the 32-value block
+//!   types on the f16 (bf16) copy of src1 with warpgroup mma; block 256 (two warpgroups), 128 x
+//!   256 tiles, grid (ceil(n / 256), ceil(m / 128), batches), dynamic shared memory
+//!   [`wgmma_shared_bytes`]; f16 and bf16 weights (`tandem_wgmma_f16`, `tandem_wgmma_bf16`) take
+//!   a one-dimensional grid split as the int8 GEMM's below.
 //! - `tandem_wgmmq_<type>` (NVIDIA sm_90, the 32-value block types unless `TANDEM_F16_PREFILL`,
 //!   q4_K and q5_K): int8 warpgroup mma on the q8_1 copy of src1; block 512 (four warpgroups),
 //!   128 x 128 tiles, one-dimensional grid over the tiles of all batches, those of the last
@@ -351,10 +352,11 @@ pub fn entries(ty: ElemType) -> Option<[&'static str; 4]> {
 
 /// The tensor-core GEMM entry for weights of `ty`, if there is one: int8 mma on q8_1 activations
 /// for the quantized types (q2_K, q3_K and q6_K, a scale per 16 values: one mma per half group),
-/// f16 mma for f16.
+/// f16 (bf16) mma for f16 (bf16).
 pub fn mma_entry(ty: ElemType) -> Option<&'static str> {
     Some(match ty {
         ElemType::F16 => "tandem_mma_f16",
+        ElemType::BF16 => "tandem_mma_bf16",
         ElemType::Q4_0 => "tandem_mma_q4_0",
         ElemType::Q4_1 => "tandem_mma_q4_1",
         ElemType::Q5_0 => "tandem_mma_q5_0",
@@ -497,11 +499,13 @@ fn wgmma_allowed(target: &str) -> bool {
     has_wgmma(target) && !crate::config::Config::get().is_disabled(WGMMA_SWITCH)
 }
 
-/// The Hopper GEMM for weights of `ty`, if there is one: f16 weights as they are, the 32-value
-/// block types converted to f16 in shared memory; both against an f16 copy of the activations.
+/// The Hopper GEMM for weights of `ty`, if there is one: f16 and bf16 weights as they are, the
+/// 32-value block types converted to f16 in shared memory; against an f16 (bf16) copy of the
+/// activations.
 pub fn wgmma_entry(ty: ElemType) -> Option<&'static str> {
     Some(match ty {
         ElemType::F16 => "tandem_wgmma_f16",
+        ElemType::BF16 => "tandem_wgmma_bf16",
         ElemType::Q4_0 => "tandem_wgmma_q4_0",
         ElemType::Q4_1 => "tandem_wgmma_q4_1",
         ElemType::Q5_0 => "tandem_wgmma_q5_0",
@@ -512,14 +516,20 @@ pub fn wgmma_entry(ty: ElemType) -> Option<&'static str> {
     })
 }
 
-/// Whether prefill with weights of `ty` goes to the Hopper GEMM: f16 always (its activations
-/// are rounded to f16 as the CPU's f16 dot products round them); the 32-value block types only
-/// with `TANDEM_F16_PREFILL=1` (`f16_prefill`): their activations are rounded to q8 as the CPU
-/// rounds them, but weights and activations then meet as f16 products where the CPU and the
-/// int8 GEMMs sum integers (results within the matmul tolerance, yet greedy tokens of small
-/// models can differ).
+/// Whether weights of `ty` are 16-bit floats (f16, bf16), which the tensor cores take as they are,
+/// against a copy of the activations in the same type (as the CPU's dot products round them).
+pub fn half_weights(ty: ElemType) -> bool {
+    matches!(ty, ElemType::F16 | ElemType::BF16)
+}
+
+/// Whether prefill with weights of `ty` goes to the Hopper GEMM: f16 and bf16 always (their
+/// activations are rounded to f16 / bf16 as the CPU's dot products round them); the 32-value
+/// block types only with `TANDEM_F16_PREFILL=1` (`f16_prefill`): their activations are rounded to
+/// q8 as the CPU rounds them, but weights and activations then meet as f16 products where the CPU
+/// and the int8 GEMMs sum integers (results within the matmul tolerance, yet greedy tokens of
+/// small models can differ).
 pub fn wgmma_takes(ty: ElemType, f16_prefill: bool) -> bool {
-    wgmma_entry(ty).is_some() && (ty == ElemType::F16 || f16_prefill)
+    wgmma_entry(ty).is_some() && (half_weights(ty) || f16_prefill)
 }
 
 /// Whether weights of `ty` at `base` with shape `s` can take the Hopper GEMM. f16: it copies
@@ -528,7 +538,7 @@ pub fn wgmma_takes(ty: ElemType, f16_prefill: bool) -> bool {
 /// two whole blocks per row copied as 4-byte words, so k must be a multiple of 64 and rows and
 /// batch bases 4-byte aligned.
 pub fn wgmma_fits(ty: ElemType, base: DevicePtr, s: &MulMatShape) -> bool {
-    let (k_unit, align) = if ty == ElemType::F16 { (8, 16) } else { (64, 4) };
+    let (k_unit, align) = if half_weights(ty) { (8, 16) } else { (64, 4) };
     wgmma_entry(ty).is_some() && s.k % k_unit == 0 && (base.0 as i64 | s.nb01 | s.nb02 | s.nb03) % align == 0
 }
 
@@ -539,7 +549,7 @@ pub fn wgmma_fits(ty: ElemType, base: DevicePtr, s: &MulMatShape) -> bool {
 /// the first step.
 pub fn wgmma_shared_bytes(ty: ElemType) -> u32 {
     let (a, b) = (WGMMA_TILE_M * 128, WGMMA_TILE_N * 128);
-    let bytes = if ty == ElemType::F16 {
+    let bytes = if half_weights(ty) {
         WGMMA_STAGES * (a + b)
     } else {
         let raw = (WGMMA_TILE_M * 2 * ty.type_size() as i64 + 1023) / 1024 * 1024;
@@ -548,7 +558,7 @@ pub fn wgmma_shared_bytes(ty: ElemType) -> u32 {
     (bytes + 1024) as u32
 }
 
-/// The Hopper f16 GEMM of f16 weights over the tiles and parts of `split` (one-dimensional
+/// The Hopper GEMM of f16 or bf16 weights over the tiles and parts of `split` (one-dimensional
 /// grid; the block types' take [`wgmma_config`]).
 pub fn wgmma_f16_config(split: &MmSplit) -> LaunchConfig {
     split.config(WGMMA_THREADS, wgmma_shared_bytes(ElemType::F16))
@@ -833,7 +843,7 @@ pub fn mmv_config(ty: ElemType, s: &MulMatShape, compute_units: u32) -> LaunchCo
 /// Threads and output tile (rows, columns) of the tensor-core kernels for weights of `ty`.
 pub fn mma_tile(ty: ElemType) -> (u32, i64, i64) {
     match ty {
-        ElemType::F16 => (MMA_THREADS, MMA_TILE_M, MMA_TILE_N),
+        ElemType::F16 | ElemType::BF16 => (MMA_THREADS, MMA_TILE_M, MMA_TILE_N),
         _ => (MMQ_THREADS, MMQ_TILE_M, MMQ_TILE_N),
     }
 }
@@ -1054,18 +1064,31 @@ enum MmaActs {
     Q8_1,
     /// `tandem_mma_f16_copy`: f16 weights.
     F16,
+    /// `tandem_mma_bf16_copy`: bf16 weights.
+    Bf16,
     /// `tandem_mma_f16_q8_copy`: the block types' Hopper GEMM.
     F16Q8,
 }
 
-/// Queues the f16 copy of `src1` (`tandem_mma_f16_copy`) for the f16 mma GEMM; `extra` bytes of
-/// scratch follow the copy, their address returned second.
+/// Queues the f16 copy of `src1` (`tandem_mma_f16_copy`; with `bf16` the bf16 copy,
+/// `tandem_mma_bf16_copy`) for the f16 (bf16) mma GEMM; `extra` bytes of scratch follow the copy,
+/// their address returned second.
 ///
 /// # Safety
 /// As [`quantize_src1`].
-unsafe fn f16_src1(ctx: &LaunchCtx<'_>, src1: &Tensor, extra: usize) -> Result<(DevicePtr, DevicePtr), KernelError> {
+unsafe fn half_src1(
+    ctx: &LaunchCtx<'_>,
+    src1: &Tensor,
+    bf16: bool,
+    extra: usize,
+) -> Result<(DevicePtr, DevicePtr), KernelError> {
+    let entry = if bf16 {
+        "tandem_mma_bf16_copy"
+    } else {
+        "tandem_mma_f16_copy"
+    };
     // SAFETY: forwarded; (const char*, u16*, tandem_mma_src_shape = tandem_q8_shape's layout).
-    unsafe { convert_src1(ctx, src1, MMA_FAMILY, "tandem_mma_f16_copy", 2, MMA_COPY_VALUES, extra) }
+    unsafe { convert_src1(ctx, src1, MMA_FAMILY, entry, 2, MMA_COPY_VALUES, extra) }
 }
 
 /// Queues the q8-rounded f16 copy of `src1` (`tandem_mma_f16_q8_copy`) for the Hopper GEMM of
@@ -1250,15 +1273,16 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
         let acts = match (wgmma.is_some(), uses_q8_1(w.ty)) {
             (false, true) => MmaActs::Q8_1,
             (true, true) => MmaActs::F16Q8,
+            (_, false) if w.ty == ElemType::BF16 => MmaActs::Bf16,
             (_, false) => MmaActs::F16,
         };
         let fits = acts_copy_fits(acts == MmaActs::Q8_1, columns, s.k);
-        // The Hopper f16 GEMM of f16 weights and the Hopper int8 GEMM (one block per SM each)
+        // The Hopper GEMMs of f16 and bf16 weights and the Hopper int8 GEMM (one block per SM each)
         // run their tiles over a one-dimensional grid whose last wave is split in k ranges
         // ([`MmSplit`]).
         let units = i64::from(ctx.info.compute_units.max(1));
         let (entry, cfg, mut split, tile_m) = match (wgmma, wgmmq) {
-            (Some(e), _) if w.ty == ElemType::F16 => {
+            (Some(e), _) if half_weights(w.ty) => {
                 let split = MmSplit::new(&s, WGMMA_TILE, (s.k + 63) / 64, units);
                 (e, wgmma_f16_config(&split), Some((split, WGMMA_TILE)), WGMMA_TILE_M)
             }
@@ -1287,9 +1311,9 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
                     }
                     args.push(qs).push(ds);
                 }
-                MmaActs::F16 => {
+                MmaActs::F16 | MmaActs::Bf16 => {
                     // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
-                    let (xh, partial) = unsafe { f16_src1(ctx, src1, extra) }?;
+                    let (xh, partial) = unsafe { half_src1(ctx, src1, acts == MmaActs::Bf16, extra) }?;
                     if let Some((sp, _)) = split.as_mut() {
                         sp.partial = partial.0;
                     }
