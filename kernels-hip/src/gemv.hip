@@ -88,11 +88,6 @@ TANDEM_DEVICE int tandem_dp4a(int a, int b, int c) {
 #endif
 }
 
-// 32 bits from a 2-byte-aligned address (block fields of 18-, 34-, 110- and 210-byte blocks).
-TANDEM_DEVICE u32 tandem_ld32_a2(const u8* p) {
-    const u16* q = (const u16*)p;
-    return (u32)q[0] | ((u32)q[1] << 16);
-}
 // 32 bits from a 4-byte-aligned address.
 TANDEM_DEVICE u32 tandem_ld32_a4(const u8* p) {
     return *(const u32*)p;
@@ -229,22 +224,26 @@ struct tandem_mv_q2_K {
 };
 
 // q3_K: hmask[32], qs[64], scales[12] (16 six-bit scales biased by 32), d. Group g = 4n + j takes
-// bits 2j of qs[32n ..], bit g of hmask (clear means minus 4), scales 2g, 2g + 1.
+// bits 2j of qs[32n ..], bit g of hmask (clear means minus 4), scales 2g, 2g + 1. The block is
+// 2-byte aligned: hmask and the group's 32 quant bytes are read as the aligned words around them.
+// A value is its two bits minus 4 where the hmask bit is clear: the two bits OR 0xfc (-4 as a
+// signed byte) in those bytes, so the dot needs no sum of the activations.
 struct tandem_mv_q3_K {
     static constexpr int QK = 256, BYTES = 110;
     static __device__ __forceinline__ float dot(const u8* b, int g, const int* a, float da, float) {
-        const u8* q = b + 32 + 32 * (g >> 2);
+        u32 hw[8], qw[8];
+        tandem_words_a2<8>(b, hw);
+        tandem_words_a2<8>(b + 32 + 32 * (g >> 2), qw);
         const int shift = 2 * (g & 3);
         int acc = 0;
         for (int h = 0; h < 2; ++h) {
-            int s = 0, t = 0;
+            int s = 0;
             for (int i = 0; i < 4; ++i) {
-                const u32 v = (tandem_ld32_a2(q + 16 * h + 4 * i) >> shift) & 0x03030303u;
-                const u32 hm = (tandem_ld32_a2(b + 16 * h + 4 * i) >> g) & 0x01010101u;
-                s = tandem_dp4a((int)(v | (hm << 2)), a[4 * h + i], s);
-                t = tandem_bsum4(a[4 * h + i], t);
+                const u32 low = (qw[4 * h + i] >> shift) & 0x03030303u;
+                const u32 minus4 = ((~hw[4 * h + i]) >> g) & 0x01010101u;
+                s = tandem_dp4a((int)(low | (minus4 * 0xfcu)), a[4 * h + i], s);
             }
-            acc += tandem_q3_K_scale(b + 96, 2 * g + h) * (s - 4 * t);
+            acc += tandem_q3_K_scale(b + 96, 2 * g + h) * s;
         }
         return tandem_ld_half(b + 108) * da * (float)acc;
     }
