@@ -106,7 +106,6 @@ TANDEM_DEVICE int tandem_bsum4(int a, int c) {
     return tandem_dp4a(0x01010101, a, c);
 }
 
-
 // ---------------------------------------------------------------- weight types against q8_1
 // Each type: QK weights per block of BYTES bytes; dot() takes the block (in shared memory, at a
 // multiple of BYTES from a 16-byte-aligned base), the 32-weight group g within it, the group's

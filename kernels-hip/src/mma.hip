@@ -71,7 +71,6 @@ TANDEM_DEVICE u32 tandem_mma_spread4(u32 bits) {
     return ((bits & 1u) << 4) | ((bits & 2u) << 11) | ((bits & 4u) << 18) | ((bits & 8u) << 25);
 }
 
-
 // ---------------------------------------------------------------- helpers
 
 // Every f32 of the accumulator array `acc` (any shape) set to NaN: what a kernel built for a
@@ -3449,8 +3448,8 @@ TANDEM_DEVICE const char* tandem_mma_src_column(const char* src, i64 c, const ta
     const i64 i1 = c % s.ne1, i2 = (c / s.ne1) % s.ne2, i3 = c / (s.ne1 * s.ne2);
     return src + i1 * s.nb1 + i2 * s.nb2 + i3 * s.nb3;
 }
-// The f16 (BF: bf16, rounded to nearest even as ggml rounds its bf16 activation copy) copy of
-// the activations.
+// One activation value as f16 (BF: bf16, rounded to nearest even as ggml's CPU rounds the
+// activations of its bf16 dot).
 template <bool BF = false>
 TANDEM_DEVICE u16 tandem_mma_half_of(float v) {
     return BF ? tandem_f32_to_bf16(v) : tandem_f32_to_f16(v);
@@ -3468,7 +3467,9 @@ TANDEM_DEVICE void tandem_mma_f16_copy_block(const char* src, u16* xh, tandem_mm
             *(uint2*)out = make_uint2((u32)tandem_mma_half_of<BF>(v.x) | ((u32)tandem_mma_half_of<BF>(v.y) << 16),
                                       (u32)tandem_mma_half_of<BF>(v.z) | ((u32)tandem_mma_half_of<BF>(v.w) << 16));
         } else {
-            for (int e = 0; e < 4 && i + e < s.k; ++e) out[e] = tandem_mma_half_of<BF>(*(const float*)(col + e * s.nb0));
+            for (int e = 0; e < 4 && i + e < s.k; ++e) {
+                out[e] = tandem_mma_half_of<BF>(*(const float*)(col + e * s.nb0));
+            }
         }
     }
 }

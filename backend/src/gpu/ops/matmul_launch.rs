@@ -532,8 +532,8 @@ pub fn wgmma_takes(ty: ElemType, f16_prefill: bool) -> bool {
     wgmma_entry(ty).is_some() && (half_weights(ty) || f16_prefill)
 }
 
-/// Whether weights of `ty` at `base` with shape `s` can take the Hopper GEMM. f16: it copies
-/// 16-byte pieces of weight rows and of the f16 activation copy (rows of k halves), so k, the
+/// Whether weights of `ty` at `base` with shape `s` can take the Hopper GEMM. f16 and bf16: it
+/// copies 16-byte pieces of weight rows and of the activation copy (rows of k halves), so k, the
 /// row stride and every batch's base must be multiples of 16 bytes. Block types: each k step is
 /// two whole blocks per row copied as 4-byte words, so k must be a multiple of 64 and rows and
 /// batch bases 4-byte aligned.
@@ -542,11 +542,11 @@ pub fn wgmma_fits(ty: ElemType, base: DevicePtr, s: &MulMatShape) -> bool {
     wgmma_entry(ty).is_some() && s.k % k_unit == 0 && (base.0 as i64 | s.nb01 | s.nb02 | s.nb03) % align == 0
 }
 
-/// Dynamic shared memory of a Hopper GEMM block for weights of `ty`: f16, `WGMMA_STAGES` steps of
-/// weight rows and activation columns; block types, three f16 weight tiles plus `WGMMA_QSTAGES`
-/// steps of activation columns and raw weight blocks (two per row, padded to 1024 bytes so that
-/// every step's swizzled activation tile stays 1024-byte aligned); each plus 1024 bytes to align
-/// the first step.
+/// Dynamic shared memory of a Hopper GEMM block for weights of `ty`: f16 and bf16,
+/// `WGMMA_STAGES` steps of weight rows and activation columns; block types, three f16 weight
+/// tiles plus `WGMMA_QSTAGES` steps of activation columns and raw weight blocks (two per row,
+/// padded to 1024 bytes so that every step's swizzled activation tile stays 1024-byte aligned);
+/// each plus 1024 bytes to align the first step.
 pub fn wgmma_shared_bytes(ty: ElemType) -> u32 {
     let (a, b) = (WGMMA_TILE_M * 128, WGMMA_TILE_N * 128);
     let bytes = if half_weights(ty) {
