@@ -782,7 +782,15 @@ struct tandem_mv_bf16 {
     static __device__ __forceinline__ void vec(uint4 u, float* o) {
         const u32 w[4] = {u.x, u.y, u.z, u.w};
         for (int i = 0; i < 4; ++i) {
+#if defined(TANDEM_NVIDIA)
+            // The low half moved up by a byte permute (bytes: zero, zero, w0, w1) rather than a
+            // shift, which NVRTC mostly issues as an integer multiply, on the pipe of the fmas.
+            u32 lo;
+            asm("prmt.b32 %0, %1, 0, 0x1044;" : "=r"(lo) : "r"(w[i]));
+            o[2 * i] = __uint_as_float(lo);
+#else
             o[2 * i] = __uint_as_float(w[i] << 16);
+#endif
             o[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
         }
     }
