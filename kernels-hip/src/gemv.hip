@@ -206,7 +206,9 @@ struct tandem_mv_q2_K {
     static __device__ __forceinline__ float dot(const u8* b, int g, const int* a, float da, float) {
         const u8* q = b + 16 + 32 * (g >> 2);
         const int shift = 2 * (g & 3);
-        float sd = 0.0f, sm = 0.0f;
+        // Integer sums over both halves (at most 2 * 15 * 16 * 3 * 127 and 2 * 15 * 16 * 127 in
+        // magnitude, exact as f32), converted once.
+        int sd = 0, sm = 0;
         for (int h = 0; h < 2; ++h) {
             int s = 0, t = 0;
             for (int i = 0; i < 4; ++i) {
@@ -215,10 +217,10 @@ struct tandem_mv_q2_K {
                 t = tandem_bsum4(a[4 * h + i], t);
             }
             const int sc = b[2 * g + h];
-            sd += (float)((sc & 15) * s);
-            sm += (float)((sc >> 4) * t);
+            sd += (sc & 15) * s;
+            sm += (sc >> 4) * t;
         }
-        return da * (tandem_ld_half(b + 80) * sd - tandem_ld_half(b + 82) * sm);
+        return da * (tandem_ld_half(b + 80) * (float)sd - tandem_ld_half(b + 82) * (float)sm);
     }
 };
 
@@ -249,7 +251,8 @@ struct tandem_mv_q3_K {
 };
 
 // q4_K: d, dmin, scales[12] (eight 6-bit scale/min pairs), qs[128]. Group g takes nibble g & 1
-// of qs[32 * (g / 2) ..] and scale/min pair g.
+// of qs[32 * (g / 2) ..] and scale/min pair g. The scale multiplies the integer sum before the
+// one conversion (q5_K too: at most 63 * 32 * 31 * 127 < 2^24, exact as f32).
 struct tandem_mv_q4_K {
     static constexpr int QK = 256, BYTES = 144;
     static __device__ __forceinline__ float dot(const u8* b, int g, const int* a, float da, float sa) {
@@ -263,7 +266,7 @@ struct tandem_mv_q4_K {
         int sc, mn;
         float d, dmin;
         tandem_dscale_min_k4(b, g, d, dmin, sc, mn);
-        return d * (float)sc * da * (float)s - dmin * (float)mn * sa;
+        return d * da * (float)(sc * s) - dmin * (float)mn * sa;
     }
 };
 
@@ -282,7 +285,7 @@ struct tandem_mv_q5_K {
         int sc, mn;
         float d, dmin;
         tandem_dscale_min_k4(b, g, d, dmin, sc, mn);
-        return d * (float)sc * da * (float)s - dmin * (float)mn * sa;
+        return d * da * (float)(sc * s) - dmin * (float)mn * sa;
     }
 };
 
