@@ -788,9 +788,7 @@ struct tandem_mv_bf16 {
 #if defined(TANDEM_NVIDIA)
             // The low half moved up by a byte permute (bytes: zero, zero, w0, w1) rather than a
             // shift, which NVRTC mostly issues as an integer multiply, on the pipe of the fmas.
-            u32 lo;
-            asm("prmt.b32 %0, %1, 0, 0x1044;" : "=r"(lo) : "r"(w[i]));
-            o[2 * i] = __uint_as_float(lo);
+            o[2 * i] = __uint_as_float(tandem_prmt(w[i], 0u, 0x1044u));
 #else
             o[2 * i] = __uint_as_float(w[i] << 16);
 #endif

@@ -2580,9 +2580,7 @@ struct tandem_wgmma_raw {
 TANDEM_DEVICE void tandem_wgmma_h4(u32 q, u32 d2, u32 m2, u32& h01, u32& h23) {
 #if defined(TANDEM_WGMMA_ENABLED)
     const u32 u = q ^ 0x80808080u;
-    u32 a, b;
-    asm("prmt.b32 %0, %1, 0x64646464, 0x5150;" : "=r"(a) : "r"(u));
-    asm("prmt.b32 %0, %1, 0x64646464, 0x5352;" : "=r"(b) : "r"(u));
+    u32 a = tandem_prmt(u, 0x64646464u, 0x5150u), b = tandem_prmt(u, 0x64646464u, 0x5352u);
     asm("sub.f16x2 %0, %1, %2;" : "=r"(a) : "r"(a), "r"(0x64806480u));
     asm("sub.f16x2 %0, %1, %2;" : "=r"(b) : "r"(b), "r"(0x64806480u));
     asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(h01) : "r"(a), "r"(d2), "r"(m2));

@@ -96,6 +96,17 @@ TANDEM_DEVICE u16 tandem_f32_to_f16(float f) {
 #endif
 }
 
+#if defined(TANDEM_NVIDIA)
+// PTX prmt in its default mode: byte i of the result is byte (s >> 4i) & 7 of b:a (a's bytes 0..3,
+// b's 4..7), or with bit 3 of that nibble set the sign of that byte copied into all eight bits.
+// (CUDA's __byte_perm documents only the three low bits of each nibble.)
+TANDEM_DEVICE u32 tandem_prmt(u32 a, u32 b, u32 s) {
+    u32 r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(s));
+    return r;
+}
+#endif
+
 // Sum over one wave, for any wave size; every lane gets the total.
 TANDEM_DEVICE float tandem_wave_sum(float v) {
     for (int offset = warpSize / 2; offset > 0; offset >>= 1) {

@@ -251,18 +251,14 @@ TANDEM_DEVICE void tandem_iq4nl_levels8(u32 q, u32& lo, u32& hi) {
     const u32 t2 = (u32)TANDEM_IQ4NL_HIGH, t3 = (u32)(TANDEM_IQ4NL_HIGH >> 32);
 #if defined(TANDEM_NVIDIA)
     const u32 s = q & 0x77777777u, s_hi = s >> 16, a = q << 4;
-    u32 l0, h0, l1, h1, m0, m1;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(l0) : "r"(t0), "r"(t1), "r"(s));
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(h0) : "r"(t2), "r"(t3), "r"(s));
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(l1) : "r"(t0), "r"(t1), "r"(s_hi));
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(h1) : "r"(t2), "r"(t3), "r"(s_hi));
+    const u32 l0 = tandem_prmt(t0, t1, s), h0 = tandem_prmt(t2, t3, s);
+    const u32 l1 = tandem_prmt(t0, t1, s_hi), h1 = tandem_prmt(t2, t3, s_hi);
     // Byte masks of bit 3 of nibbles 0..3 and 4..7: the signs of bytes 0, 4, 1, 5 (2, 6, 3, 7) of
     // (a, q).
-    asm("prmt.b32 %0, %1, %2, 0xd9c8;" : "=r"(m0) : "r"(a), "r"(q));
-    asm("prmt.b32 %0, %1, %2, 0xfbea;" : "=r"(m1) : "r"(a), "r"(q));
+    const u32 m0 = tandem_prmt(a, q, 0xd9c8u), m1 = tandem_prmt(a, q, 0xfbeau);
     const u32 r0 = (l0 & ~m0) | (h0 & m0), r1 = (l1 & ~m1) | (h1 & m1);
-    asm("prmt.b32 %0, %1, %2, 0x6420;" : "=r"(lo) : "r"(r0), "r"(r1));
-    asm("prmt.b32 %0, %1, %2, 0x7531;" : "=r"(hi) : "r"(r0), "r"(r1));
+    lo = tandem_prmt(r0, r1, 0x6420u);
+    hi = tandem_prmt(r0, r1, 0x7531u);
 #else
     const u32 s0 = q & 0x07070707u, s1 = (q >> 4) & 0x07070707u;
     lo = __builtin_amdgcn_perm(__builtin_amdgcn_perm(t3, t2, s0), __builtin_amdgcn_perm(t1, t0, s0),
