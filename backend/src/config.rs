@@ -22,6 +22,10 @@ pub struct Config {
     /// instruction emulated in that register layout (CDNA's MFMA, gfx11's or gfx12's WMMA); a test
     /// of those tiles.
     pub wmma_emulate: Option<i32>,
+    /// `TANDEM_DEPENDENT_LAUNCH` (on unless `0` or `false`): decode GEMVs and MUL_MAT_ID queued
+    /// behind another kernel start before it finishes, where the device has programmatic
+    /// dependent launch (NVIDIA sm_90+, CUDA 12 driver).
+    pub dependent_launch: bool,
 }
 
 impl Config {
@@ -48,6 +52,8 @@ impl Config {
                 "12" => Some(12),
                 _ => None,
             }),
+            dependent_launch: get("TANDEM_DEPENDENT_LAUNCH")
+                .is_none_or(|v| !(v.trim() == "0" || v.trim().eq_ignore_ascii_case("false"))),
         }
     }
 
@@ -79,6 +85,11 @@ mod tests {
         });
         assert!(c.stats && !c.log_dispatch && !c.f16_prefill);
         assert!(Config::from_lookup(|k| (k == "TANDEM_F16_PREFILL").then(|| "1".into())).f16_prefill);
+        assert!(c.dependent_launch);
+        for (v, on) in [("0", false), ("false", false), ("1", true), ("yes", true)] {
+            let c = Config::from_lookup(|k| (k == "TANDEM_DEPENDENT_LAUNCH").then(|| v.into()));
+            assert_eq!(c.dependent_launch, on, "{v}");
+        }
         assert_eq!(c.wmma_emulate, None);
         let emu = |v: &str| Config::from_lookup(|k| (k == "TANDEM_WMMA_EMULATE").then(|| v.to_string())).wmma_emulate;
         assert_eq!(

@@ -25,6 +25,12 @@
 // tandem_quantize_q8_1 writes a q8_1 copy to scratch memory first (int8 values, `k` per column,
 // then one float2 (d, d*sum) per group) and the GEMV reads it from there. Both round exactly as
 // the CPU's q8_0 activation copy does.
+//
+// Every kernel here may be queued as a dependent launch (tandem_grid_wait in tandem_hip.h): it
+// lets the next one start as soon as all its blocks run, and it reads nothing but weights before
+// its wait. The GEMVs issue their first weight loads before it, so back to back (a decode step's
+// layers) one GEMV's first loads overlap the last blocks of the kernel ahead; MUL_MAT_ID waits
+// first, as the expert ids come from the kernels ahead.
 #include "tandem_hip.h"
 #include "tandem_quant.h"
 
@@ -711,14 +717,10 @@ TANDEM_DEVICE void tandem_mv_quant_block(const u8* wbase, i64 nb01, i64 m, i64 k
     u8* stage = tandem_mv_smem + (threadIdx.x / warpSize) * STAGES * tandem_mv_chunk<T>::BYTES;
     const tandem_mv_rows rows = tandem_mv_wave_rows(m);
     const tandem_mv_walk<T> wk(wbase, nb01, rows.row0, rows.step, rows.n, k, (((u64)wbase | (u64)nb01) & 15u) == 0);
-    // The activations of the block quantizer's first pass, loaded first: they come from L2, the
-    // weights from memory.
-    float xa[TANDEM_MV_QUANT_UNROLL][16];
-    if (aq == nullptr)
-        tandem_mv_quant_load(xa, src1, nb10, tandem_mv_quant_vec(src1, nb10, nb11), (int)(k / 16), (int)threadIdx.x - lane);
     uint4 ra[NV], rb[NV];
     // The first two items: items 0 and 1 of the one-row walk, chunk 0 of rows 0 and 1 of the
-    // pair walk.
+    // pair walk. Only weights are read before tandem_grid_wait, so under a dependent launch these
+    // loads overlap the end of the kernel ahead.
     tandem_mv_pos p = {0, 0};
     wk.fetch(ra, p, lane, ws);
     if constexpr (PAIRS) {
@@ -727,6 +729,12 @@ TANDEM_DEVICE void tandem_mv_quant_block(const u8* wbase, i64 nb01, i64 m, i64 k
         wk.next(p);
     }
     wk.fetch(rb, p, lane, ws);
+    tandem_grid_wait();
+    // The activations of the block quantizer's first pass: they come from L2 and arrive while the
+    // weights are still on their way from memory.
+    float xa[TANDEM_MV_QUANT_UNROLL][16];
+    if (aq == nullptr)
+        tandem_mv_quant_load(xa, src1, nb10, tandem_mv_quant_vec(src1, nb10, nb11), (int)(k / 16), (int)threadIdx.x - lane);
     const i8* qa = (const i8*)aq;
     const float2* qd = (const float2*)ads;
     if (aq == nullptr) {
@@ -883,11 +891,16 @@ TANDEM_DEVICE void tandem_mv_float_rows(const u8* w0, i64 nb01, int nrows, i64 k
 #pragma unroll
                 for (int r = 0; r < R; ++r) wq[b][r] = tandem_ld_stream16((const uint4*)wr[r] + i + b * nt);
             }
+            // Weights only before it (a dependent launch's first batch overlaps the kernel ahead);
+            // once passed, the wait returns at once. The test, always true here, puts the wait in
+            // a block of its own: unconditional, ptxas moved these loads below it (NVRTC 13.5).
+            if (nv > 0) tandem_grid_wait();
 #pragma unroll
             for (int b = 0; b < TANDEM_MV_FLOAT_BATCH; ++b) {
                 tandem_mv_float_vecs<T, MAXC, R>(wq[b], i + b * nt, act, act_stride, ncols, acc);
             }
         }
+        tandem_grid_wait();
         for (; i < nv; i += nt) {
             uint4 wq[R];
 #pragma unroll
@@ -895,6 +908,7 @@ TANDEM_DEVICE void tandem_mv_float_rows(const u8* w0, i64 nb01, int nrows, i64 k
             tandem_mv_float_vecs<T, MAXC, R>(wq, i, act, act_stride, ncols, acc);
         }
     } else {
+        tandem_grid_wait();
         for (i64 i = t; i < k; i += nt) {
 #pragma unroll
             for (int r = 0; r < R; ++r) {
@@ -916,6 +930,7 @@ TANDEM_DEVICE void tandem_mv_float_rows(const u8* w0, i64 nb01, int nrows, i64 k
 template <typename T, int MAXC>
 TANDEM_DEVICE void tandem_gemv_quant(const char* w, const char* src1, const char* aq, const char* ads, char* dst,
                                      const tandem_mm_shape& s) {
+    tandem_grid_release();
     const i64 b = blockIdx.y;
     if (b >= s.ne12 * s.ne13) return;
     // Batch 0 (every batch of a 2-D product) needs none of the divisions, which would stand
@@ -934,6 +949,7 @@ TANDEM_DEVICE void tandem_gemv_quant(const char* w, const char* src1, const char
 // MUL_MAT, float weights: block (R rows, batch); src1 is read directly.
 template <typename T, int MAXC, int R>
 TANDEM_DEVICE void tandem_gemv_float(const char* w, const char* src1, char* dst, const tandem_mm_shape& s) {
+    tandem_grid_release();
     const i64 b = blockIdx.y;
     if (b >= s.ne12 * s.ne13) return;
     const i64 i12 = b % s.ne12, i13 = b / s.ne12;
@@ -965,6 +981,9 @@ TANDEM_DEVICE void tandem_mmid_poison(char* out, i64 m) {
 template <typename T>
 TANDEM_DEVICE void tandem_mmid_quant(const char* w, const char* src1, const char* aq, const char* ads,
                                      const char* ids, char* dst, const tandem_mmid_shape& s) {
+    // The expert ids come from the kernels ahead, so nothing is read before the wait.
+    tandem_grid_release();
+    tandem_grid_wait();
     const i64 slot = blockIdx.y;
     if (slot >= s.n_used * s.n_tokens) return;
     const i64 u = slot % s.n_used, t = slot / s.n_used;
@@ -983,6 +1002,8 @@ TANDEM_DEVICE void tandem_mmid_quant(const char* w, const char* src1, const char
 template <typename T>
 TANDEM_DEVICE void tandem_mmid_float(const char* w, const char* src1, const char* ids, char* dst,
                                      const tandem_mmid_shape& s) {
+    tandem_grid_release();
+    tandem_grid_wait();
     const i64 slot = blockIdx.y;
     if (slot >= s.n_used * s.n_tokens) return;
     const i64 u = slot % s.n_used, t = slot / s.n_used;

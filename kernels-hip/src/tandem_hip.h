@@ -107,6 +107,25 @@ TANDEM_DEVICE u32 tandem_prmt(u32 a, u32 b, u32 s) {
 }
 #endif
 
+// Programmatic dependent launch (NVIDIA sm_90+; nothing elsewhere). A kernel the host queues
+// with `Stream::launch_dependent` may start while the kernel ahead of it on the stream is still
+// running, so it calls tandem_grid_wait before it reads anything but its weights and before it
+// writes anything: the wait returns once every grid ahead of it has finished and its writes are
+// visible (at once for a kernel queued the ordinary way). tandem_grid_release lets the next such
+// kernel start as soon as every block of this one has started, rather than at this one's end.
+TANDEM_DEVICE void tandem_grid_release() {
+#if defined(TANDEM_NVIDIA) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+TANDEM_DEVICE void tandem_grid_wait() {
+#if defined(TANDEM_NVIDIA) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+// The wait orders later accesses only: ptxas may move loads written before it below it, which
+// costs the overlap but not correctness; kernels check their SASS for the loads they prefetch.
+
 // Sum over one wave, for any wave size; every lane gets the total.
 TANDEM_DEVICE float tandem_wave_sum(float v) {
     for (int offset = warpSize / 2; offset > 0; offset >>= 1) {

@@ -109,6 +109,21 @@ pub struct DeviceInfo {
     pub integrated: bool,
 }
 
+impl DeviceInfo {
+    /// The compute capability as one number (`sm_90` → 90, `sm_90a` → 90); `None` on AMD.
+    pub fn nvidia_sm(&self) -> Option<u32> {
+        sm_number(&self.arch)
+    }
+}
+
+/// `sm_<N>[suffix]` → N; `None` for any other target name.
+pub fn sm_number(arch: &str) -> Option<u32> {
+    arch.strip_prefix("sm_")?
+        .trim_end_matches(|c: char| c.is_ascii_alphabetic())
+        .parse()
+        .ok()
+}
+
 /// Grid and block of a launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LaunchConfig {
@@ -164,6 +179,32 @@ pub trait GpuRuntime: Send + Sync {
         stream: RawStream,
         params: &mut [*mut c_void],
     ) -> GpuResult<()>;
+
+    /// Whether [`Self::launch_dependent`] can start a grid before the kernel ahead of it has
+    /// finished (CUDA 12's programmatic dependent launch, on devices of compute capability 9.0 or
+    /// later); where not, it is a plain launch.
+    fn has_dependent_launch(&self, info: &DeviceInfo) -> bool {
+        let _ = info;
+        false
+    }
+    /// As [`Self::launch`], but where [`Self::has_dependent_launch`] the grid may start as soon as
+    /// every block of the kernel queued just ahead of it on `stream` has started (or called
+    /// `griddepcontrol.launch_dependents`), rather than when that kernel has finished.
+    ///
+    /// # Safety
+    /// As [`Self::launch`]; in addition the kernel executes `griddepcontrol.wait` (tandem_grid_wait)
+    /// before it writes anything or reads anything other than memory that no work queued ahead of
+    /// it on the stream writes.
+    unsafe fn launch_dependent(
+        &self,
+        function: RawFunction,
+        cfg: LaunchConfig,
+        stream: RawStream,
+        params: &mut [*mut c_void],
+    ) -> GpuResult<()> {
+        // SAFETY: forwarded contract; an ordinary launch meets a stronger one.
+        unsafe { self.launch(function, cfg, stream, params) }
+    }
 
     fn mem_alloc(&self, bytes: usize) -> GpuResult<DevicePtr>;
     /// # Safety

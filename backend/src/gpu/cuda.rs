@@ -66,6 +66,33 @@ const FUNC_MAX_DYNAMIC_SHARED: i32 = 8;
 /// Dynamic shared memory every launch may take without raising its function's limit.
 const DEFAULT_DYNAMIC_SHARED: u32 = 48 * 1024;
 const EVENT_DEFAULT: u32 = 0x0;
+// CUlaunchAttributeID: the grid may start before the kernel ahead of it in the stream finishes.
+const LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: i32 = 6;
+
+/// `CUlaunchAttribute` (cuda.h, CUDA 12): the id, padding to 8 bytes, a 64-byte value union.
+#[repr(C)]
+struct LaunchAttribute {
+    id: i32,
+    pad: [u8; 4],
+    value: [u64; 8],
+}
+
+/// `CUlaunchConfig` (cuda.h, CUDA 12).
+#[repr(C)]
+struct LaunchConfigEx {
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared_bytes: u32,
+    stream: Ptr,
+    attrs: *mut LaunchAttribute,
+    num_attrs: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<LaunchAttribute>() == 72);
+const _: () = assert!(std::mem::size_of::<LaunchConfigEx>() == 56);
+
+/// `cuLaunchKernelEx` (CUDA 12.0 drivers and later; looked up on its own, as older drivers lack it).
+type LaunchKernelEx = unsafe extern "C" fn(*const LaunchConfigEx, Ptr, *mut *mut c_void, *mut *mut c_void) -> i32;
 
 /// The sonames the driver is looked for under (`libcuda.so` only exists with a dev package).
 pub fn driver_candidates() -> Vec<String> {
@@ -78,6 +105,8 @@ pub fn driver_candidates() -> Vec<String> {
 
 pub struct CudaRuntime {
     sys: CudaSys,
+    /// `cuLaunchKernelEx`, where the driver has it (its library is kept open by `sys`).
+    launch_ex: Option<LaunchKernelEx>,
     /// `cuInit`'s result: a driver without devices still loads, and says why here.
     init: GpuResult<()>,
     /// Dynamic shared memory each function's limit has been raised to (function handle as
@@ -90,6 +119,9 @@ impl CudaRuntime {
     pub fn load() -> (Option<CudaRuntime>, LibReport) {
         let (lib, mut report) = open_first("CUDA driver", &driver_candidates());
         let Some(lib) = lib else { return (None, report) };
+        // SAFETY: the type is cuda.h's declaration of cuLaunchKernelEx; the pointer is used only
+        // while `sys`, which takes the library, keeps it open.
+        let launch_ex = unsafe { loader::SymbolLoader::new(&lib).optional::<LaunchKernelEx>("cuLaunchKernelEx") };
         let sys = match CudaSys::load(lib) {
             Ok(s) => s,
             Err(e) => {
@@ -99,6 +131,7 @@ impl CudaRuntime {
         };
         let mut rt = CudaRuntime {
             sys,
+            launch_ex,
             init: Ok(()),
             shared_limits: Default::default(),
         };
@@ -106,6 +139,23 @@ impl CudaRuntime {
         let code = unsafe { (rt.sys.cuInit)(0) };
         rt.init = rt.check("cuInit", code);
         (Some(rt), report)
+    }
+
+    /// Raises `function`'s dynamic shared-memory limit to `bytes` where a launch asks for more
+    /// than every function may take; once per function and size.
+    fn raise_shared_limit(&self, function: RawFunction, bytes: u32) -> GpuResult<()> {
+        if bytes <= DEFAULT_DYNAMIC_SHARED {
+            return Ok(());
+        }
+        let mut limits = self.shared_limits.lock().unwrap_or_else(|p| p.into_inner());
+        let raised = limits.entry(function.0 as usize).or_insert(DEFAULT_DYNAMIC_SHARED);
+        if bytes > *raised {
+            // SAFETY: a live function handle; the driver checks the value against the device.
+            let code = unsafe { (self.sys.cuFuncSetAttribute)(function.0, FUNC_MAX_DYNAMIC_SHARED, bytes as i32) };
+            self.check("cuFuncSetAttribute", code)?;
+            *raised = bytes;
+        }
+        Ok(())
     }
 
     fn check(&self, call: &'static str, code: i32) -> GpuResult<()> {
@@ -253,18 +303,7 @@ impl GpuRuntime for CudaRuntime {
     ) -> GpuResult<()> {
         let [gx, gy, gz] = cfg.grid;
         let [bx, by, bz] = cfg.block;
-        if cfg.shared_bytes > DEFAULT_DYNAMIC_SHARED {
-            let mut limits = self.shared_limits.lock().unwrap_or_else(|p| p.into_inner());
-            let raised = limits.entry(function.0 as usize).or_insert(DEFAULT_DYNAMIC_SHARED);
-            if cfg.shared_bytes > *raised {
-                // SAFETY: a live function handle; the driver checks the value against the device.
-                let code = unsafe {
-                    (self.sys.cuFuncSetAttribute)(function.0, FUNC_MAX_DYNAMIC_SHARED, cfg.shared_bytes as i32)
-                };
-                self.check("cuFuncSetAttribute", code)?;
-                *raised = cfg.shared_bytes;
-            }
-        }
+        self.raise_shared_limit(function, cfg.shared_bytes)?;
         // SAFETY: the caller guarantees `params` matches the kernel's parameter list.
         let code = unsafe {
             (self.sys.cuLaunchKernel)(
@@ -282,6 +321,43 @@ impl GpuRuntime for CudaRuntime {
             )
         };
         self.check("cuLaunchKernel", code)
+    }
+
+    fn has_dependent_launch(&self, info: &DeviceInfo) -> bool {
+        self.launch_ex.is_some() && info.nvidia_sm().is_some_and(|v| v >= 90)
+    }
+
+    unsafe fn launch_dependent(
+        &self,
+        function: RawFunction,
+        cfg: LaunchConfig,
+        stream: RawStream,
+        params: &mut [*mut c_void],
+    ) -> GpuResult<()> {
+        let Some(launch_ex) = self.launch_ex else {
+            // SAFETY: forwarded contract.
+            return unsafe { self.launch(function, cfg, stream, params) };
+        };
+        self.raise_shared_limit(function, cfg.shared_bytes)?;
+        let mut attr = LaunchAttribute {
+            id: LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            pad: [0; 4],
+            // programmaticStreamSerializationAllowed: an int at the start of the union.
+            value: [1, 0, 0, 0, 0, 0, 0, 0],
+        };
+        let config = LaunchConfigEx {
+            grid: cfg.grid,
+            block: cfg.block,
+            shared_bytes: cfg.shared_bytes,
+            stream: stream.0,
+            attrs: &mut attr,
+            num_attrs: 1,
+        };
+        // SAFETY: `config` and its one attribute live until the call returns (the driver copies
+        // them); the caller guarantees `params` matches the kernel and that the kernel waits
+        // (griddepcontrol.wait) before touching what the work ahead of it writes.
+        let code = unsafe { launch_ex(&config, function.0, params.as_mut_ptr(), std::ptr::null_mut()) };
+        self.check("cuLaunchKernelEx", code)
     }
 
     fn mem_alloc(&self, bytes: usize) -> GpuResult<DevicePtr> {

@@ -164,6 +164,7 @@ impl GpuDevice {
     pub unsafe fn copy(&self, dst: DevicePtr, src: DevicePtr, bytes: usize) -> GpuResult<()> {
         let st = self.state();
         self.ctx.bind()?;
+        st.stream.note_other_work();
         // SAFETY: forwarded contract.
         unsafe { self.ctx.runtime().copy_dtod_async(dst, src, bytes, st.stream.raw())? };
         st.stream.synchronize()
@@ -176,6 +177,7 @@ impl GpuDevice {
     pub unsafe fn memset(&self, dst: DevicePtr, value: u8, bytes: usize) -> GpuResult<()> {
         let st = self.state();
         self.ctx.bind()?;
+        st.stream.note_other_work();
         // SAFETY: forwarded contract.
         unsafe { self.ctx.runtime().memset_d8_async(dst, value, bytes, st.stream.raw())? };
         st.stream.synchronize()
@@ -264,6 +266,7 @@ impl GpuDevice {
         stats.plan_us = t0.elapsed().as_micros() as u64;
         let t1 = Instant::now();
         if let Some(Some((dst, src, bytes))) = timing {
+            st.stream.note_other_work();
             // SAFETY: forwarded contract.
             unsafe { self.ctx.runtime().copy_dtod_async(dst, src, bytes, st.stream.raw()) }
                 .map_err(|e| other(format!("runway copy: {e}")))?;
@@ -313,6 +316,7 @@ impl GpuDevice {
                         stream: &st.stream,
                         info: self.ctx.info(),
                         scratch: &st.scratch,
+                        settled: plan.settled.get(*index).copied().unwrap_or(false),
                     };
                     // SAFETY: forwarded contract; kinds were read from this device's map.
                     unsafe { exec::launch_step(&lc, g, kinds, &self.registry, *index, *reg, *fused)? };
@@ -423,6 +427,7 @@ impl GpuDevice {
         let st = self.state();
         self.ctx.bind()?;
         if let Some((dst, src, bytes)) = before {
+            st.stream.note_other_work();
             // SAFETY: forwarded contract.
             unsafe { self.ctx.runtime().copy_dtod_async(dst, src, bytes, st.stream.raw()) }.map_err(|mut e| {
                 e.message = format!("runway copy: {}", e.message);
@@ -445,6 +450,7 @@ impl GpuDevice {
         // SAFETY: forwarded contract.
         unsafe {
             self.events_around(None, |stream| {
+                stream.note_other_work();
                 self.ctx.runtime().copy_dtod_async(dst, src, bytes, stream.raw())
             })
         }

@@ -30,6 +30,9 @@ pub struct GpuPlan {
     pub fused: usize,
     pub cpu_nodes: usize,
     pub noops: usize,
+    /// By node index: no node of the graph writes the bytes of that node's first source (its
+    /// weights, for a matmul), so a dependent launch may read them before the kernels ahead end.
+    pub settled: Vec<bool>,
 }
 
 /// Memory kind of every tensor of `g` (by tensor index).
@@ -138,7 +141,24 @@ pub fn plan(g: &Graph, kinds: &[MemKind], registry: &Registry, log: bool) -> Res
         i += 1;
     }
     close(&mut p, &mut cpu_start, g.nodes.len());
+    p.settled = settled_sources(g);
     Ok(p)
+}
+
+/// For each node, whether no node of `g` writes the storage of its first source: that source is
+/// a leaf (or a view of one) and no node writes into the same root (as SET_ROWS writes a cache).
+/// By ids, not addresses, so the answer holds for every graph of the same structure.
+fn settled_sources(g: &Graph) -> Vec<bool> {
+    let mut written = vec![false; g.tensors.len()];
+    for &id in &g.nodes {
+        if !is_noop(g.tensor(id)) {
+            written[g.storage_root(id).0.index()] = true;
+        }
+    }
+    g.nodes
+        .iter()
+        .map(|&id| g.tensor(id).src[0].is_some_and(|s| !written[g.storage_root(s).0.index()]))
+        .collect()
 }
 
 /// A tensor with its address moved to where the executing side sees it.
@@ -404,6 +424,33 @@ mod tests {
         for v in &iv {
             assert_eq!((v.staging % 64), v.start % 64);
         }
+    }
+
+    /// Weights (leaves no node writes) are settled; a cache that SET_ROWS writes in the same
+    /// graph is not, through any view of it; nor is a node's result, nor a node without sources.
+    #[test]
+    fn settled_sources_are_those_no_node_writes() {
+        let mut b = GraphBuilder::new();
+        let w = b.new_tensor(ElemType::Q4_0, &[64, 8]);
+        let x = b.new_tensor(ElemType::F32, &[64, 1]);
+        let h = b.mul_mat(w, x).unwrap();
+        let cache = b.new_tensor(ElemType::F32, &[8, 4]);
+        let rows = b.new_tensor(ElemType::I64, &[1]);
+        let h2 = b.reshape(h, &[8, 1]).unwrap();
+        let write = b.set_rows(cache, h2, rows).unwrap();
+        let k = b.view(cache, &[8, 4], &[4, 32], 0).unwrap();
+        let q = b.new_tensor(ElemType::F32, &[8, 1]);
+        let kq = b.mul_mat(k, q).unwrap();
+        let w2 = b.new_tensor(ElemType::F32, &[4, 4]);
+        let chained = b.mul_mat(kq, w2).unwrap();
+        let g = b.build();
+        let at = |id: TensorId| g.nodes.iter().position(|&n| n == id).unwrap();
+        let settled = settled_sources(&g);
+        assert_eq!(settled.len(), g.nodes.len());
+        assert!(settled[at(h)], "a weight leaf");
+        assert!(!settled[at(write)], "SET_ROWS' first source is the cache it writes");
+        assert!(!settled[at(kq)], "a view of a cache SET_ROWS writes");
+        assert!(!settled[at(chained)], "a node's result");
     }
 
     use crate::config::Config;

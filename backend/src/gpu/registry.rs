@@ -59,6 +59,9 @@ pub struct LaunchCtx<'a> {
     pub stream: &'a Stream,
     pub info: &'a DeviceInfo,
     pub scratch: &'a Scratch,
+    /// No node of the graph writes the node's first source (`GpuPlan::settled`): a launcher may
+    /// queue a kernel that reads it before its tandem_grid_wait as a dependent launch.
+    pub settled: bool,
 }
 
 /// Predicate: whether the registration runs `node` (with `next` fused, for fusing

@@ -3,6 +3,7 @@
 
 use super::api::*;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// One device's context (CUDA: its retained primary context). Everything made from it holds an
@@ -12,13 +13,23 @@ pub struct Context {
     ordinal: usize,
     raw: RawContext,
     info: DeviceInfo,
+    /// Whether `Stream::launch_dependent` overlaps kernels here (the runtime and device have
+    /// it, and `TANDEM_DEPENDENT_LAUNCH` leaves it on).
+    dependent_launch: bool,
 }
 
 impl Context {
     pub fn new(rt: Arc<dyn GpuRuntime>, ordinal: usize) -> GpuResult<Arc<Context>> {
         let info = rt.device_info(ordinal)?;
         let raw = rt.context_retain(ordinal)?;
-        let ctx = Context { rt, ordinal, raw, info };
+        let dependent_launch = rt.has_dependent_launch(&info) && crate::config::Config::get().dependent_launch;
+        let ctx = Context {
+            rt,
+            ordinal,
+            raw,
+            info,
+            dependent_launch,
+        };
         ctx.bind()?;
         Ok(Arc::new(ctx))
     }
@@ -39,6 +50,11 @@ impl Context {
 
     pub fn ordinal(&self) -> usize {
         self.ordinal
+    }
+
+    /// Whether dependent launches overlap kernels on this device (else they are plain launches).
+    pub fn dependent_launch(&self) -> bool {
+        self.dependent_launch
     }
 
     /// Waits for all work on the device.
@@ -91,7 +107,11 @@ impl Context {
     pub fn stream(self: &Arc<Self>) -> GpuResult<Stream> {
         self.bind()?;
         let raw = self.rt.stream_create()?;
-        Ok(Stream { ctx: self.clone(), raw })
+        Ok(Stream {
+            ctx: self.clone(),
+            raw,
+            after_kernel: AtomicBool::new(false),
+        })
     }
 
     pub fn event(self: &Arc<Self>) -> GpuResult<Event> {
@@ -303,11 +323,21 @@ impl KernelArgs {
 pub struct Stream {
     ctx: Arc<Context>,
     raw: RawStream,
+    /// The last work queued through this wrapper is a kernel: only then may a dependent launch
+    /// overlap it (copies, fills, event records and waits ahead keep their ordinary ordering).
+    after_kernel: AtomicBool,
 }
 
 impl Stream {
+    /// The raw handle. Work queued on it directly must be followed by [`Self::note_other_work`].
     pub fn raw(&self) -> RawStream {
         self.raw
+    }
+
+    /// Records that something other than a kernel was queued last (through [`Self::raw`]), so
+    /// the next dependent launch waits for it in the ordinary way.
+    pub fn note_other_work(&self) {
+        self.after_kernel.store(false, Ordering::Relaxed);
     }
 
     pub fn context(&self) -> &Arc<Context> {
@@ -318,6 +348,7 @@ impl Stream {
     pub fn write(&self, dst: &DeviceBuffer, offset: usize, src: &[u8]) -> GpuResult<()> {
         dst.check_range(offset, src.len(), "write")?;
         self.ctx.bind()?;
+        self.note_other_work();
         // SAFETY: the range is inside `dst`; `src` stays borrowed until the sync below.
         unsafe {
             self.ctx
@@ -331,6 +362,7 @@ impl Stream {
     pub fn read(&self, src: &DeviceBuffer, offset: usize, dst: &mut [u8]) -> GpuResult<()> {
         src.check_range(offset, dst.len(), "read")?;
         self.ctx.bind()?;
+        self.note_other_work();
         // SAFETY: the range is inside `src`; `dst` stays borrowed until the sync below.
         unsafe {
             self.ctx
@@ -347,6 +379,7 @@ impl Stream {
     /// `dst..dst+bytes` is device memory of this context.
     pub unsafe fn copy_htod_async(&self, dst: DevicePtr, src: *const u8, bytes: usize) -> GpuResult<()> {
         self.ctx.bind()?;
+        self.note_other_work();
         // SAFETY: forwarded contract.
         unsafe { self.ctx.rt.copy_htod_async(dst, src, bytes, self.raw) }
     }
@@ -358,6 +391,7 @@ impl Stream {
     /// `src..src+bytes` is device memory of this context.
     pub unsafe fn copy_dtoh_async(&self, dst: *mut u8, src: DevicePtr, bytes: usize) -> GpuResult<()> {
         self.ctx.bind()?;
+        self.note_other_work();
         // SAFETY: forwarded contract.
         unsafe { self.ctx.rt.copy_dtoh_async(dst, src, bytes, self.raw) }
     }
@@ -374,6 +408,7 @@ impl Stream {
         dst.check_range(dst_off, bytes, "copy")?;
         src.check_range(src_off, bytes, "copy")?;
         self.ctx.bind()?;
+        self.note_other_work();
         // SAFETY: both ranges are inside live buffers (freeing one waits for the device).
         unsafe {
             self.ctx
@@ -386,6 +421,7 @@ impl Stream {
     pub fn memset(&self, dst: &DeviceBuffer, offset: usize, value: u8, bytes: usize) -> GpuResult<()> {
         dst.check_range(offset, bytes, "memset")?;
         self.ctx.bind()?;
+        self.note_other_work();
         // SAFETY: the range is inside a live buffer.
         unsafe {
             self.ctx
@@ -400,11 +436,48 @@ impl Stream {
     /// `args` match `f`'s parameter list in number, order and layout, and every address the
     /// kernel reads or writes for this grid is valid memory of this device until it completes.
     pub unsafe fn launch(&self, f: &Function, cfg: LaunchConfig, args: &mut KernelArgs) -> GpuResult<()> {
+        // SAFETY: forwarded contract.
+        unsafe { self.queue_kernel(f, cfg, args, false) }
+    }
+
+    /// Queues `f` with `args` as a dependent launch where this device overlaps them and the
+    /// work queued last is a kernel: `f`'s grid may start once every block of that kernel has
+    /// started (or released it with tandem_grid_release), before it finishes. Elsewhere a plain
+    /// [`Self::launch`]. Whether it overlapped.
+    ///
+    /// # Safety
+    /// As [`Self::launch`]; and `f` calls tandem_grid_wait before it writes anything or reads
+    /// anything but memory that no work queued ahead of it on this stream writes.
+    pub unsafe fn launch_dependent(&self, f: &Function, cfg: LaunchConfig, args: &mut KernelArgs) -> GpuResult<bool> {
+        let overlap = self.ctx.dependent_launch && self.after_kernel.load(Ordering::Relaxed);
+        // SAFETY: forwarded contract.
+        unsafe { self.queue_kernel(f, cfg, args, overlap) }.map(|_| overlap)
+    }
+
+    /// # Safety
+    /// As [`Self::launch`], and as [`Self::launch_dependent`] when `dependent`.
+    unsafe fn queue_kernel(
+        &self,
+        f: &Function,
+        cfg: LaunchConfig,
+        args: &mut KernelArgs,
+        dependent: bool,
+    ) -> GpuResult<()> {
         self.ctx.bind()?;
         let mut ptrs = args.pointers();
         // SAFETY: forwarded contract; the argument slots live until the call returns (the
         // runtimes copy parameter values at launch).
-        unsafe { self.ctx.rt.launch(f.raw, cfg, self.raw, &mut ptrs) }.map_err(|mut e| {
+        let queued = unsafe {
+            if dependent {
+                self.ctx.rt.launch_dependent(f.raw, cfg, self.raw, &mut ptrs)
+            } else {
+                self.ctx.rt.launch(f.raw, cfg, self.raw, &mut ptrs)
+            }
+        };
+        // A failed launch queued nothing, but whether the one before it still stands last is
+        // not worth tracking: ordinary ordering is always safe.
+        self.after_kernel.store(queued.is_ok(), Ordering::Relaxed);
+        queued.map_err(|mut e| {
             e.message = format!("{} ({})", e.message, f.name);
             e
         })
@@ -413,6 +486,7 @@ impl Stream {
     /// Makes later work on this stream wait for `e`.
     pub fn wait(&self, e: &Event) -> GpuResult<()> {
         self.ctx.bind()?;
+        self.note_other_work();
         // SAFETY: both handles are live.
         unsafe { self.ctx.rt.stream_wait_event(self.raw, e.raw) }
     }
@@ -442,6 +516,7 @@ pub struct Event {
 impl Event {
     pub fn record(&self, s: &Stream) -> GpuResult<()> {
         self.ctx.bind()?;
+        s.note_other_work();
         // SAFETY: both handles are live.
         unsafe { self.ctx.rt.event_record(self.raw, s.raw) }
     }

@@ -1,5 +1,6 @@
 //! MUL_MAT over every weight type (odd m, n = 1..8, 9, 16, 65 and 300, k at several block
-//! multiples and one past 4096, broadcast batches, permuted src1) and MUL_MAT_ID.
+//! multiples and one past 4096, broadcast batches, permuted src1, chains of products that each
+//! read the one before's result) and MUL_MAT_ID.
 
 use super::{Case, Fill, Setup};
 use tandem_graph::{ElemType, Op};
@@ -30,6 +31,23 @@ fn mul_mat(ty: ElemType, m: i64, k: i64, n: i64, batch: [i64; 2], bcast: [i64; 2
         s.g.mul_mat(a, b)
     })
     .with_flops(flops)
+}
+
+/// `depth` products in a row, each of a square `[k, k]` weight and the one before's result (the
+/// first of `[k, n]` activations): on a GPU every GEMV but the first reads what the kernel just
+/// ahead of it wrote, so one that started early (a dependent launch) and read its activations
+/// before that kernel finished would give a wrong result.
+fn mul_mat_chain(ty: ElemType, k: i64, n: i64, depth: usize) -> Case {
+    let name = format!("MUL_MAT(type={ty},m={k},k={k},n={n},chain={depth})");
+    Case::new(Op::MulMat, name, move |s: &mut Setup| {
+        let mut x = s.input(ElemType::F32, &[k, n])?;
+        for _ in 0..depth {
+            let w = s.input(ty, &[k, k])?;
+            x = s.g.mul_mat(w, x)?;
+        }
+        Ok(x)
+    })
+    .with_flops(2.0 * (k * k * n) as f64 * depth as f64)
 }
 
 /// src1 stored as `[k, batch, n]` and permuted to `[k, n, batch]` (rows stay contiguous).
@@ -141,6 +159,13 @@ pub fn cases(v: &mut Vec<Case>) {
         for n in [1, 3, 8] {
             v.push(mul_mat_permuted(ty, 19, k[0], n, 3));
         }
+        for n in [1, 2] {
+            v.push(mul_mat_chain(ty, 1024, n, 4));
+        }
+        // One column of more than 8192 values: the GEMV reads a q8_1 copy made by a launch of
+        // its own (rows 16-byte aligned for every type, so on NVIDIA the async walk reads it).
+        v.push(mul_mat(ty, 67, 10240, 1, [1, 1], [1, 1]));
+        v.push(mul_mat_id(ty, 33, 10240, 4, 2, 2, 1));
         let kid = if ty.block_size() == 1 { 64 } else { 256 };
         for (n_expert, n_used, n_tokens, n_b) in [
             (4, 2, 1, 1),

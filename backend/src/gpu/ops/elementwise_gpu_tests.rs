@@ -107,6 +107,7 @@ fn run_case(k: &Kernels, ctx: &Arc<Context>, regs: &[&'static Registration], bui
         stream: &stream,
         info: ctx.info(),
         scratch: &scratch,
+        settled: false,
     };
     // SAFETY: every tensor's data is a device address inside `buf`, which spans them all and
     // lives until the stream is synchronized below.

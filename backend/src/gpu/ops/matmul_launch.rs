@@ -389,13 +389,7 @@ fn mmv_allowed(arch: &str) -> bool {
 /// Whether a device of compile target `arch` has the mma instructions `mma.hip` uses (NVIDIA
 /// sm_80 and newer).
 pub fn has_mma(arch: &str) -> bool {
-    arch.strip_prefix("sm_")
-        .and_then(|v| {
-            v.trim_end_matches(|c: char| c.is_ascii_alphabetic())
-                .parse::<u32>()
-                .ok()
-        })
-        .is_some_and(|v| v >= 80)
+    crate::gpu::api::sm_number(arch).is_some_and(|v| v >= 80)
 }
 
 /// Family of the WMMA tiles (`mma.hip` built with their entries).
@@ -1207,8 +1201,17 @@ pub unsafe fn launch_gemv(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
     let cfg = gemv_config(w.ty, s.m, s.batches(), per_block, shared);
     // SAFETY: the kernel's parameters are (w, [src1, aq, ads | src1], dst, tandem_mm_shape) as
     // pushed (aq = ads = null: the block quantizes src1 itself, with the shared memory counted
-    // above); every row, column and output the grid reaches lies inside the tensors.
-    unsafe { ctx.stream.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu)
+    // above); every row, column and output the grid reaches lies inside the tensors. The GEMVs
+    // read only the weights before tandem_grid_wait, and as a dependent launch only where no node
+    // of the graph writes them (`settled`).
+    unsafe {
+        if ctx.settled {
+            ctx.stream.launch_dependent(&f, cfg, &mut args).map(|_| ())
+        } else {
+            ctx.stream.launch(&f, cfg, &mut args)
+        }
+    }
+    .map_err(KernelError::Gpu)
 }
 
 /// Whether the activation copy a matrix-instruction GEMM reads fits the scratch memory: the q8_1
@@ -1435,8 +1438,11 @@ pub unsafe fn launch_mul_mat_id(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<
         gemv_shared_bytes(w.ty, waves, 1, fused),
     );
     // SAFETY: (w, [src1, aq, ads | src1], ids, dst, tandem_mmid_shape) as pushed; expert indices
-    // are checked on the device before any weight is read.
-    unsafe { ctx.stream.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu)
+    // are checked on the device before any weight is read. The kernel calls tandem_grid_wait
+    // before it reads anything, so it may be a dependent launch.
+    unsafe { ctx.stream.launch_dependent(&f, cfg, &mut args) }
+        .map(|_| ())
+        .map_err(KernelError::Gpu)
 }
 
 /// The tensor-core MUL_MAT_ID entry (tokens grouped by expert) for experts of `ty`, if any.
