@@ -5,7 +5,9 @@ on f16 weights, and a device-to-device copy, with CUDA events, and prints one JS
 
 Weights are rotated through copies spanning at least 512 MB (ten times the H200's 50 MB L2), as
 perf-ops does; a 256 MiB copy before each timed call keeps the GPU busy while the host queues the
-call and flushes the cache. Bytes count the weights, the activation and the output once.
+call and flushes the cache. Bytes count the weights, the activation and the output once. Each case
+is also timed back to back (`chain_us_median`): one call per copy queued between two events, the
+time over the number of copies, as perf-ops' back-to-back figure is.
 
 usage: python3 scripts/torch-peer.py [--reps N] > torch.json
 """
@@ -22,22 +24,25 @@ RUNWAY_BYTES = 256 << 20
 COPY_BYTES = 1 << 30
 
 
-def timed(fn, reps, warmup, runway):
-    """Device microseconds of `fn(i)` per call: (median, min)."""
+def timed(fn, reps, warmup, runway, calls=0):
+    """Device microseconds of `fn(i)` per call: (median, min). With `calls`, each timed stretch
+    queues `fn(0) .. fn(calls - 1)` back to back between its two events (as a decode step's layers
+    run) and counts its time over `calls`; without, it times one call, `fn(rep)`."""
     src, dst = runway
     for i in range(warmup):
         fn(i)
     torch.cuda.synchronize()
     us = []
-    for i in range(reps):
+    for rep in range(reps):
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         dst.copy_(src)
         start.record()
-        fn(i)
+        for i in range(calls) if calls else [rep]:
+            fn(i)
         end.record()
         end.synchronize()
-        us.append(start.elapsed_time(end) * 1e3)
+        us.append(start.elapsed_time(end) * 1e3 / max(calls, 1))
     return statistics.median(us), min(us)
 
 
@@ -76,6 +81,7 @@ def matmul_case(m, k, n, reps, runway):
         fn = lambda i: torch.matmul(ws[i % copies], x, out=out)
         name = f"torch.matmul(f16,m={m},k={k},n={n})"
     med, lo = timed(fn, reps, max(5, copies), runway)
+    chain, _ = timed(fn, reps, 0, runway, calls=copies)
     nbytes = w_bytes + k * n * 2 + m * n * 2
     flops = 2.0 * m * k * n
     del ws
@@ -91,6 +97,7 @@ def matmul_case(m, k, n, reps, runway):
         "gbps": nbytes / (med * 1e-6) / 1e9,
         "tflops": flops / (med * 1e-6) / 1e12,
         "copies": copies,
+        "chain_us_median": chain,
     }
 
 

@@ -187,6 +187,8 @@ tandem_cpy_f32_q5_1(const char* src, char* dst, tandem_copy_shape s) {
 #define TANDEM_READ_PROBE_UNROLL 4
 extern "C" __global__ void __launch_bounds__(TANDEM_READ_PROBE_THREADS)
 tandem_read_probe(const uint4* src, i64 n16, u32 never, u32* out) {
+    // Back to back as dependent launches, each probe's loads overlap the end of the one ahead.
+    tandem_grid_release();
     const i64 base = (i64)blockIdx.x * (TANDEM_READ_PROBE_THREADS * TANDEM_READ_PROBE_UNROLL) + threadIdx.x;
     uint4 v[TANDEM_READ_PROBE_UNROLL];
 #pragma unroll
@@ -194,6 +196,7 @@ tandem_read_probe(const uint4* src, i64 n16, u32 never, u32* out) {
         const i64 i = base + u * TANDEM_READ_PROBE_THREADS;
         v[u] = i < n16 ? tandem_ld_stream16(src + i) : make_uint4(0, 0, 0, 0);
     }
+    tandem_grid_wait();
     u32 x = 0;
 #pragma unroll
     for (int u = 0; u < TANDEM_READ_PROBE_UNROLL; ++u) x += v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;

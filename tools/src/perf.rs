@@ -18,7 +18,7 @@ use std::hint::black_box;
 use std::time::Instant;
 use tandem_backend::gpu::{DeviceAlloc, GpuDevice};
 use tandem_backend::{Device, GraphStats};
-use tandem_graph::{Graph, Op};
+use tandem_graph::{Graph, Op, TensorId};
 
 pub struct PerfOptions {
     pub ops: Vec<Op>,
@@ -44,6 +44,8 @@ const DISTINCT_ROWS: usize = 256;
 const RUNWAY_BYTES: usize = 256 << 20;
 /// Untimed GPU runs per case (the first also compiles or loads the kernels).
 const GPU_WARMUP: usize = 5;
+/// Untimed runs of the back-to-back graph (its plan is made on the first).
+const CHAIN_WARMUP: usize = 2;
 
 /// The rate a bandwidth-bound case is compared with.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -96,6 +98,18 @@ pub struct CaseResult {
     pub read_us_median: Option<f64>,
     /// `read_us_median / us_median`: 1.0 means as fast as only reading the bytes.
     pub ratio_to_read: Option<f64>,
+    /// GPU: device time per copy of the case when one graph holds the nodes of every copy, back
+    /// to back, as a decode step's layers run (each reading weights not in the cache; a kernel
+    /// may start before the one ahead ends where the device has dependent launches), median
+    /// over the timed graphs.
+    #[serde(default)]
+    pub chain_us_median: Option<f64>,
+    #[serde(default)]
+    pub chain_gbps: Option<f64>,
+    /// GPU: device time per copy of the read probe over the same copies back to back (as
+    /// dependent launches where the device has them).
+    #[serde(default)]
+    pub chain_read_us_median: Option<f64>,
     pub flops: f64,
     pub tflops: Option<f64>,
     pub graph: Option<GraphSummary>,
@@ -151,8 +165,18 @@ pub fn perf_ops(dev: &Device, opts: &PerfOptions) -> bool {
             ceiling.gbps
         );
         println!(
-            "{:<72} {:>10} {:>10} {:>8} {:>6} {:>8} {:>8} {:>7}",
-            "case", "us/run", "wall us", "GB/s", "ceil", "TFLOP/s", "read us", "of read"
+            "{:<72} {:>10} {:>10} {:>8} {:>6} {:>8} {:>8} {:>7} {:>8} {:>8} {:>8}",
+            "case",
+            "us/run",
+            "wall us",
+            "GB/s",
+            "ceil",
+            "TFLOP/s",
+            "read us",
+            "of read",
+            "b2b us",
+            "b2b GB/s",
+            "b2b read"
         );
     }
     let gpu = matches!(dev, Device::Gpu(_));
@@ -206,8 +230,10 @@ fn row_text(r: &CaseResult) -> String {
                 .map(|x| format!("{x:.1}"))
                 .unwrap_or_else(|| "-".into());
             let of_read = r.ratio_to_read.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into());
+            let one = |v: Option<f64>| v.map(|x| format!("{x:.1}")).unwrap_or_else(|| "-".into());
+            let (b2b, b2b_gbps, b2b_read) = (one(r.chain_us_median), one(r.chain_gbps), one(r.chain_read_us_median));
             let mut line = format!(
-                "{:<72} {us:>10.1} {wall:>10.1} {gbps:>8.1} {ratio:>6.2} {tf:>8} {read:>8} {of_read:>7}",
+                "{:<72} {us:>10.1} {wall:>10.1} {gbps:>8.1} {ratio:>6.2} {tf:>8} {read:>8} {of_read:>7} {b2b:>8} {b2b_gbps:>8} {b2b_read:>8}",
                 r.name
             );
             if let Some(g) = r.graph.as_ref().filter(|g| g.nodes >= 64) {
@@ -409,8 +435,56 @@ fn time_gpu(
         }
     }
     r.read_us_median = Some(median(&mut read_us));
+    // Every copy's nodes in one graph, back to back.
+    let chain = chained(&graphs);
+    let per = graphs.len() as f64;
+    let mut chain_us = Vec::with_capacity(r.reps);
+    for i in 0..CHAIN_WARMUP + r.reps {
+        // SAFETY: as `run` above: each copy's tensors lie in its own allocation.
+        let (_, ms) = unsafe { g.compute_timed(&chain, way) }.map_err(|e| format!("back to back: {e}"))?;
+        if i >= CHAIN_WARMUP {
+            chain_us.push(ms as f64 * 1e3 / per);
+        }
+    }
+    let chain_med = median(&mut chain_us);
+    r.chain_us_median = Some(chain_med);
+    r.chain_gbps = Some(r.bytes as f64 / (chain_med * 1e-6) / 1e9);
+    let starts: Vec<_> = allocs.iter().map(|a| a.ptr()).collect();
+    let mut chain_read = Vec::with_capacity(r.reps);
+    for i in 0..CHAIN_WARMUP + r.reps {
+        // SAFETY: the probe reads `read_bytes` <= each allocation's length from its start; the
+        // runway buffers are separate allocations.
+        let ms = unsafe { g.read_chain_timed(&starts, read_bytes, runway_copy) }
+            .map_err(|e| format!("read probe, back to back: {e}"))?;
+        if i >= CHAIN_WARMUP {
+            chain_read.push(ms as f64 * 1e3 / per);
+        }
+    }
+    r.chain_read_us_median = Some(median(&mut chain_read));
     drop(allocs);
     Ok(samples)
+}
+
+/// One graph holding the tensors and nodes of every graph of `graphs`, in order (ids shifted).
+fn chained(graphs: &[Graph]) -> Graph {
+    let mut out = Graph {
+        tensors: Vec::new(),
+        nodes: Vec::new(),
+    };
+    for g in graphs {
+        let base = out.tensors.len() as u32;
+        let shift = |id: TensorId| TensorId(id.0 + base);
+        out.tensors.extend(g.tensors.iter().map(|t| {
+            let mut t = t.clone();
+            for s in t.src.iter_mut().flatten() {
+                *s = shift(*s);
+            }
+            t.view_src = t.view_src.map(shift);
+            t
+        }));
+        out.nodes.extend(g.nodes.iter().map(|&n| shift(n)));
+    }
+    out
 }
 
 /// `g` with every address moved from the host image at `from` to the same offset at `to`.
@@ -547,6 +621,29 @@ mod tests {
         assert_eq!(g.wall_us_per_node, 10.0);
         assert_eq!(g.launch_us_per_node, 5.0);
         assert_eq!(g.device_us_per_node, 1.0);
+    }
+
+    #[test]
+    fn chaining_shifts_every_reference() {
+        let mut b = tandem_graph::GraphBuilder::new();
+        let x = b.new_tensor(tandem_graph::ElemType::F32, &[4]);
+        let y = b.scale(x, 2.0, 0.0);
+        b.scale(y, 3.0, 0.0);
+        let g = b.build();
+        let c = chained(&[g.clone(), g.clone()]);
+        let n = g.tensors.len() as u32;
+        assert_eq!(c.tensors.len(), 2 * g.tensors.len());
+        assert_eq!(c.nodes.len(), 2 * g.nodes.len());
+        for (i, &id) in c.nodes.iter().enumerate() {
+            let orig = g.nodes[i % g.nodes.len()];
+            let shift = if i < g.nodes.len() { 0 } else { n };
+            assert_eq!(id.0, orig.0 + shift);
+            let (t, o) = (c.tensor(id), g.tensor(orig));
+            assert_eq!(t.op, o.op);
+            for (a, b) in t.src.iter().zip(o.src.iter()) {
+                assert_eq!(a.map(|s| s.0), b.map(|s| s.0 + shift));
+            }
+        }
     }
 
     #[test]

@@ -42,6 +42,9 @@ pub struct TorchCase {
     pub gbps: f64,
     #[serde(default)]
     pub tflops: f64,
+    /// Per call, the copies' calls queued back to back (absent in older files).
+    #[serde(default)]
+    pub chain_us_median: Option<f64>,
 }
 
 /// A MUL_MAT case's type and shape, read from its name.
@@ -129,21 +132,31 @@ pub fn markdown(r: &PerfReport, torch: Option<&TorchReport>) -> String {
         "\nBytes = weights with their scales + activations + outputs (MUL_MAT_ID: the experts \
          picked). µs = device time per run, median (events on a GPU). read µs (GPU) = one \
          streaming read of the same bytes from the same copies, timed the same way; of read = \
-         read µs / µs.\n"
+         read µs / µs. Back to back (GPU) = per copy, when one graph holds every copy's nodes \
+         (as a decode step's layers run); b2b read µs = the read probe over the copies back to \
+         back.\n"
     );
     let _ = writeln!(
         s,
-        "| case | µs | µs min | wall µs | MB | {un} | of ceiling | read µs | of read | TFLOP/s | copies | working set MB |"
+        "| case | µs | µs min | wall µs | MB | {un} | of ceiling | read µs | of read | back to back µs | {un} back to back | b2b read µs | TFLOP/s | copies | working set MB |"
     );
-    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(
+        s,
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
     for k in &r.cases {
         if let Some(e) = &k.error {
-            let _ = writeln!(s, "| {} | FAIL: {} | | | | | | | | | | |", k.name, e.replace('|', "/"));
+            let _ = writeln!(
+                s,
+                "| {} | FAIL: {} | | | | | | | | | | | | | |",
+                k.name,
+                e.replace('|', "/")
+            );
             continue;
         }
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             k.name,
             opt(k.us_median, 1),
             opt(k.us_min, 1),
@@ -155,6 +168,9 @@ pub fn markdown(r: &PerfReport, torch: Option<&TorchReport>) -> String {
             k.ratio_to_read
                 .map(|x| format!("{:.0}%", x * 100.0))
                 .unwrap_or_else(|| "-".into()),
+            opt(k.chain_us_median, 1),
+            opt(k.chain_gbps.map(|g| g / per), 3),
+            opt(k.chain_read_us_median, 1),
             opt(k.tflops, 2),
             k.copies,
             mb(k.working_set_bytes)
@@ -182,19 +198,24 @@ pub fn markdown(r: &PerfReport, torch: Option<&TorchReport>) -> String {
             let _ = writeln!(s, "\n## tandem against torch (same shape)\n");
             let _ = writeln!(
                 s,
-                "| tandem case | torch case | tandem µs | torch µs | torch µs / tandem µs |"
+                "| tandem case | torch case | tandem µs | torch µs | torch µs / tandem µs | tandem back to back µs | torch back to back µs | ratio |"
             );
-            let _ = writeln!(s, "|---|---|---:|---:|---:|");
+            let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|");
             for (k, p) in pairs {
                 let us = k.us_median.unwrap_or(f64::NAN);
+                let (kb, pb) = (k.chain_us_median, p.chain_us_median);
+                let ratio = kb.zip(pb).map(|(a, b)| b / a);
                 let _ = writeln!(
                     s,
-                    "| {} | {} | {:.1} | {:.1} | {:.2} |",
+                    "| {} | {} | {:.1} | {:.1} | {:.2} | {} | {} | {} |",
                     k.name,
                     p.name,
                     us,
                     p.us_median,
-                    p.us_median / us
+                    p.us_median / us,
+                    opt(kb, 1),
+                    opt(pb, 1),
+                    opt(ratio, 2)
                 );
             }
         }
@@ -476,7 +497,12 @@ mod tests {
                 gbps: 4000.0,
             },
             cases: vec![
-                case("MUL_MAT(type=f16,m=14336,k=4096,n=1)", 40.0, 2950.0),
+                CaseResult {
+                    chain_us_median: Some(32.0),
+                    chain_gbps: Some(3600.0),
+                    chain_read_us_median: Some(30.5),
+                    ..case("MUL_MAT(type=f16,m=14336,k=4096,n=1)", 40.0, 2950.0)
+                },
                 case("MUL_MAT(type=q4_0,m=14336,k=4096,n=1)", 12.0, 2750.0),
                 case("MUL_MAT(type=f16,m=14336,k=4096,n=512)", 300.0, 500.0),
                 chain,
@@ -502,6 +528,7 @@ mod tests {
                 us_median: 36.0,
                 bytes: 117_000_000,
                 gbps: 3250.0,
+                chain_us_median: Some(34.0),
                 ..Default::default()
             }],
         }
@@ -530,11 +557,15 @@ mod tests {
         assert!(md.contains("| MUL_MAT(type=q4_0,m=14336,k=4096,n=1) | 12.0 |"), "{md}");
         assert!(md.contains("4.00 TB/s"), "{md}");
         assert!(md.contains("| torch.mv(f16,m=14336,k=4096) | 36.0 |"), "{md}");
-        // 36 / 40 = 0.90: the f16 GEMV pairs with torch.mv, nothing else does.
+        // 36 / 40 = 0.90 one at a time, 34 / 32 = 1.06 back to back: the f16 GEMV pairs with
+        // torch.mv, nothing else does.
         assert!(
-            md.contains("| MUL_MAT(type=f16,m=14336,k=4096,n=1) | torch.mv(f16,m=14336,k=4096) | 40.0 | 36.0 | 0.90 |"),
+            md.contains(
+                "| MUL_MAT(type=f16,m=14336,k=4096,n=1) | torch.mv(f16,m=14336,k=4096) | 40.0 | 36.0 | 0.90 | 32.0 | 34.0 | 1.06 |"
+            ),
             "{md}"
         );
+        assert!(md.contains("| 32.0 | 3.600 | 30.5 |"), "{md}");
         assert_eq!(md.matches("| torch.mv(f16,m=14336,k=4096) |").count(), 2, "{md}");
         assert!(
             md.contains("| DECODE_CHAIN(layers=64,nodes=512,ne=4096x1) | 512 | 384 | 0 | 2.00 |"),

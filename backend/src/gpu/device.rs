@@ -470,6 +470,23 @@ impl GpuDevice {
         bytes: usize,
         runway: (DevicePtr, DevicePtr, usize),
     ) -> Result<f32, String> {
+        // SAFETY: forwarded contract.
+        unsafe { self.read_chain_timed(&[src], bytes, runway) }
+    }
+
+    /// [`Self::read_timed`] of the `bytes` at each of `srcs` in turn, back to back in one timed
+    /// stretch (as dependent launches where the device has them, so each read may start before
+    /// the one ahead ends): the floor for kernels that read those bytes one after another.
+    ///
+    /// # Safety
+    /// Each `src .. src + bytes` and the runway's ranges are device memory of this device, and
+    /// nothing writes the sources meanwhile.
+    pub unsafe fn read_chain_timed(
+        &self,
+        srcs: &[DevicePtr],
+        bytes: usize,
+        runway: (DevicePtr, DevicePtr, usize),
+    ) -> Result<f32, String> {
         let f = self
             .kernels
             .function("copy", "tandem_read_probe")
@@ -477,18 +494,25 @@ impl GpuDevice {
         let n16 = bytes / 16;
         let blocks = n16.div_ceil(READ_PROBE_THREADS as usize * READ_PROBE_UNROLL).max(1);
         let grid_x = u32::try_from(blocks).map_err(|_| format!("read probe: {bytes} bytes is too many"))?;
-        let mut args = KernelArgs::new();
-        args.push(src).push(n16 as i64).push(0x9e37_79b9u32).push(runway.0);
         let cfg = LaunchConfig {
             grid: [grid_x, 1, 1],
             block: [READ_PROBE_THREADS, 1, 1],
             shared_bytes: 0,
         };
-        // SAFETY: the runway is the caller's; the kernel takes (const uint4*, i64, u32, u32*) as
-        // pushed; it reads the n16 whole 16-byte words from src (inside the caller's range) and
-        // may write 4 bytes at the runway's destination, which holds its bytes (>= 4).
-        unsafe { self.events_around(Some(runway), |stream| stream.launch(&f, cfg, &mut args)) }
-            .map_err(|e| e.to_string())
+        let queue = |stream: &Stream| -> GpuResult<()> {
+            for &src in srcs {
+                let mut args = KernelArgs::new();
+                args.push(src).push(n16 as i64).push(0x9e37_79b9u32).push(runway.0);
+                // SAFETY: the kernel takes (const uint4*, i64, u32, u32*) as pushed; it reads the
+                // n16 whole 16-byte words from src (inside the caller's range, written by nothing
+                // queued) before its tandem_grid_wait, and after it may write 4 bytes at the
+                // runway's destination, which holds its bytes (>= 4).
+                unsafe { stream.launch_dependent(&f, cfg, &mut args) }?;
+            }
+            Ok(())
+        };
+        // SAFETY: the runway is the caller's.
+        unsafe { self.events_around(Some(runway), queue) }.map_err(|e| e.to_string())
     }
 
     /// Runs `g` whose tensors all live in `host` (an image of `host.len()` bytes at host address
