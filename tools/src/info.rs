@@ -16,6 +16,14 @@ pub fn info() {
             DeviceKind::Accel => "ACCEL",
         };
         println!("  {} [{kind}] {}", d.name(), d.description());
+        if let tandem_backend::Device::Gpu(g) = &**d {
+            let how = if g.context().dependent_launch() {
+                "on (decode GEMVs and MUL_MAT_ID start while the kernel ahead ends)"
+            } else {
+                "off (needs NVIDIA sm_90+ with a CUDA 12 driver; TANDEM_DEPENDENT_LAUNCH=0 turns it off)"
+            };
+            println!("    dependent launches: {how}");
+        }
     }
     println!("{}", tandem_backend::gpu::report());
     let features = tandem_ops::simd::features().names();
@@ -71,6 +79,7 @@ pub fn info() {
     println!("  TANDEM_LOG_DISPATCH     {}", on_off(cfg.log_dispatch));
     println!("  TANDEM_STATS            {}", on_off(cfg.stats));
     println!("  TANDEM_F16_PREFILL      {}", on_off(cfg.f16_prefill));
+    println!("  TANDEM_DEPENDENT_LAUNCH {}", on_off(cfg.dependent_launch));
     println!(
         "  TANDEM_WMMA_EMULATE     {}",
         cfg.wmma_emulate
