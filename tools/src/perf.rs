@@ -424,45 +424,49 @@ fn time_gpu(
     let samples = (0..r.reps).map(run).collect::<Result<Vec<_>, _>>()?;
     // The same bytes read by the probe from the same copies, in the same conditions.
     let read_bytes = r.bytes.min(image.len());
-    let mut read_us = Vec::with_capacity(r.reps);
-    for i in 0..GPU_WARMUP + r.reps {
+    r.read_us_median = Some(median_after(GPU_WARMUP, r.reps, |i| {
         // SAFETY: the probe reads `read_bytes` <= the allocation's length from its start; the
         // runway buffers are separate allocations of RUNWAY_BYTES each.
         let ms = unsafe { g.read_timed(allocs[i % allocs.len()].ptr(), read_bytes, runway_copy) }
             .map_err(|e| format!("read probe: {e}"))?;
-        if i >= GPU_WARMUP {
-            read_us.push(ms as f64 * 1e3);
-        }
-    }
-    r.read_us_median = Some(median(&mut read_us));
+        Ok(ms as f64 * 1e3)
+    })?);
     // Every copy's nodes in one graph, back to back.
     let chain = chained(&graphs);
     let per = graphs.len() as f64;
-    let mut chain_us = Vec::with_capacity(r.reps);
-    for i in 0..CHAIN_WARMUP + r.reps {
+    let chain_med = median_after(CHAIN_WARMUP, r.reps, |_| {
         // SAFETY: as `run` above: each copy's tensors lie in its own allocation.
         let (_, ms) = unsafe { g.compute_timed(&chain, way) }.map_err(|e| format!("back to back: {e}"))?;
-        if i >= CHAIN_WARMUP {
-            chain_us.push(ms as f64 * 1e3 / per);
-        }
-    }
-    let chain_med = median(&mut chain_us);
+        Ok(ms as f64 * 1e3 / per)
+    })?;
     r.chain_us_median = Some(chain_med);
     r.chain_gbps = Some(r.bytes as f64 / (chain_med * 1e-6) / 1e9);
     let starts: Vec<_> = allocs.iter().map(|a| a.ptr()).collect();
-    let mut chain_read = Vec::with_capacity(r.reps);
-    for i in 0..CHAIN_WARMUP + r.reps {
+    r.chain_read_us_median = Some(median_after(CHAIN_WARMUP, r.reps, |_| {
         // SAFETY: the probe reads `read_bytes` <= each allocation's length from its start; the
         // runway buffers are separate allocations.
         let ms = unsafe { g.read_chain_timed(&starts, read_bytes, runway_copy) }
             .map_err(|e| format!("read probe, back to back: {e}"))?;
-        if i >= CHAIN_WARMUP {
-            chain_read.push(ms as f64 * 1e3 / per);
-        }
-    }
-    r.chain_read_us_median = Some(median(&mut chain_read));
+        Ok(ms as f64 * 1e3 / per)
+    })?);
     drop(allocs);
     Ok(samples)
+}
+
+/// The median of `measure(i)` over i = warmup .. warmup + reps, after the untimed i < warmup.
+fn median_after(
+    warmup: usize,
+    reps: usize,
+    mut measure: impl FnMut(usize) -> Result<f64, String>,
+) -> Result<f64, String> {
+    let mut v = Vec::with_capacity(reps);
+    for i in 0..warmup + reps {
+        let x = measure(i)?;
+        if i >= warmup {
+            v.push(x);
+        }
+    }
+    Ok(median(&mut v))
 }
 
 /// One graph holding the tensors and nodes of every graph of `graphs`, in order (ids shifted).
@@ -621,6 +625,18 @@ mod tests {
         assert_eq!(g.wall_us_per_node, 10.0);
         assert_eq!(g.launch_us_per_node, 5.0);
         assert_eq!(g.device_us_per_node, 1.0);
+    }
+
+    #[test]
+    fn medians_leave_the_warmup_out_and_stop_at_an_error() {
+        let mut seen = Vec::new();
+        let m = median_after(2, 3, |i| {
+            seen.push(i);
+            Ok(if i < 2 { 1e9 } else { i as f64 })
+        });
+        assert_eq!(m, Ok(3.0));
+        assert_eq!(seen, [0, 1, 2, 3, 4]);
+        assert_eq!(median_after(0, 3, |_| Err("boom".into())), Err("boom".to_string()));
     }
 
     #[test]

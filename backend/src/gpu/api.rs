@@ -109,14 +109,8 @@ pub struct DeviceInfo {
     pub integrated: bool,
 }
 
-impl DeviceInfo {
-    /// The compute capability as one number (`sm_90` → 90, `sm_90a` → 90); `None` on AMD.
-    pub fn nvidia_sm(&self) -> Option<u32> {
-        sm_number(&self.arch)
-    }
-}
-
-/// `sm_<N>[suffix]` → N; `None` for any other target name.
+/// `sm_<N>[suffix]` → N (the compute capability as one number: `sm_90a` → 90); `None` for any
+/// other target name (AMD's).
 pub fn sm_number(arch: &str) -> Option<u32> {
     arch.strip_prefix("sm_")?
         .trim_end_matches(|c: char| c.is_ascii_alphabetic())

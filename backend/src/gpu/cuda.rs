@@ -158,6 +158,62 @@ impl CudaRuntime {
         Ok(())
     }
 
+    /// A launch with `cuLaunchKernel`, or with `dependent` (and a driver that has it) through
+    /// `cuLaunchKernelEx` with programmatic stream serialization allowed.
+    ///
+    /// # Safety
+    /// [`GpuRuntime::launch`]'s contract, and [`GpuRuntime::launch_dependent`]'s when `dependent`.
+    unsafe fn queue(
+        &self,
+        function: RawFunction,
+        cfg: LaunchConfig,
+        stream: RawStream,
+        params: &mut [*mut c_void],
+        dependent: bool,
+    ) -> GpuResult<()> {
+        self.raise_shared_limit(function, cfg.shared_bytes)?;
+        if let Some(launch_ex) = self.launch_ex.filter(|_| dependent) {
+            let mut attr = LaunchAttribute {
+                id: LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                pad: [0; 4],
+                // programmaticStreamSerializationAllowed: an int at the start of the union.
+                value: [1, 0, 0, 0, 0, 0, 0, 0],
+            };
+            let config = LaunchConfigEx {
+                grid: cfg.grid,
+                block: cfg.block,
+                shared_bytes: cfg.shared_bytes,
+                stream: stream.0,
+                attrs: &mut attr,
+                num_attrs: 1,
+            };
+            // SAFETY: `config` and its one attribute live until the call returns (the driver
+            // copies them); the caller guarantees `params` matches the kernel and that the kernel
+            // waits (griddepcontrol.wait) before touching what the work ahead of it writes.
+            let code = unsafe { launch_ex(&config, function.0, params.as_mut_ptr(), std::ptr::null_mut()) };
+            return self.check("cuLaunchKernelEx", code);
+        }
+        let [gx, gy, gz] = cfg.grid;
+        let [bx, by, bz] = cfg.block;
+        // SAFETY: the caller guarantees `params` matches the kernel's parameter list.
+        let code = unsafe {
+            (self.sys.cuLaunchKernel)(
+                function.0,
+                gx,
+                gy,
+                gz,
+                bx,
+                by,
+                bz,
+                cfg.shared_bytes,
+                stream.0,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        self.check("cuLaunchKernel", code)
+    }
+
     fn check(&self, call: &'static str, code: i32) -> GpuResult<()> {
         if code == 0 {
             return Ok(());
@@ -301,30 +357,12 @@ impl GpuRuntime for CudaRuntime {
         stream: RawStream,
         params: &mut [*mut c_void],
     ) -> GpuResult<()> {
-        let [gx, gy, gz] = cfg.grid;
-        let [bx, by, bz] = cfg.block;
-        self.raise_shared_limit(function, cfg.shared_bytes)?;
-        // SAFETY: the caller guarantees `params` matches the kernel's parameter list.
-        let code = unsafe {
-            (self.sys.cuLaunchKernel)(
-                function.0,
-                gx,
-                gy,
-                gz,
-                bx,
-                by,
-                bz,
-                cfg.shared_bytes,
-                stream.0,
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        };
-        self.check("cuLaunchKernel", code)
+        // SAFETY: forwarded contract.
+        unsafe { self.queue(function, cfg, stream, params, false) }
     }
 
     fn has_dependent_launch(&self, info: &DeviceInfo) -> bool {
-        self.launch_ex.is_some() && info.nvidia_sm().is_some_and(|v| v >= 90)
+        self.launch_ex.is_some() && sm_number(&info.arch).is_some_and(|v| v >= 90)
     }
 
     unsafe fn launch_dependent(
@@ -334,30 +372,8 @@ impl GpuRuntime for CudaRuntime {
         stream: RawStream,
         params: &mut [*mut c_void],
     ) -> GpuResult<()> {
-        let Some(launch_ex) = self.launch_ex else {
-            // SAFETY: forwarded contract.
-            return unsafe { self.launch(function, cfg, stream, params) };
-        };
-        self.raise_shared_limit(function, cfg.shared_bytes)?;
-        let mut attr = LaunchAttribute {
-            id: LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
-            pad: [0; 4],
-            // programmaticStreamSerializationAllowed: an int at the start of the union.
-            value: [1, 0, 0, 0, 0, 0, 0, 0],
-        };
-        let config = LaunchConfigEx {
-            grid: cfg.grid,
-            block: cfg.block,
-            shared_bytes: cfg.shared_bytes,
-            stream: stream.0,
-            attrs: &mut attr,
-            num_attrs: 1,
-        };
-        // SAFETY: `config` and its one attribute live until the call returns (the driver copies
-        // them); the caller guarantees `params` matches the kernel and that the kernel waits
-        // (griddepcontrol.wait) before touching what the work ahead of it writes.
-        let code = unsafe { launch_ex(&config, function.0, params.as_mut_ptr(), std::ptr::null_mut()) };
-        self.check("cuLaunchKernelEx", code)
+        // SAFETY: forwarded contract.
+        unsafe { self.queue(function, cfg, stream, params, true) }
     }
 
     fn mem_alloc(&self, bytes: usize) -> GpuResult<DevicePtr> {

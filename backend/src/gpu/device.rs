@@ -164,9 +164,8 @@ impl GpuDevice {
     pub unsafe fn copy(&self, dst: DevicePtr, src: DevicePtr, bytes: usize) -> GpuResult<()> {
         let st = self.state();
         self.ctx.bind()?;
-        st.stream.note_other_work();
         // SAFETY: forwarded contract.
-        unsafe { self.ctx.runtime().copy_dtod_async(dst, src, bytes, st.stream.raw())? };
+        unsafe { st.stream.copy_dtod_async(dst, src, bytes)? };
         st.stream.synchronize()
     }
 
@@ -177,9 +176,8 @@ impl GpuDevice {
     pub unsafe fn memset(&self, dst: DevicePtr, value: u8, bytes: usize) -> GpuResult<()> {
         let st = self.state();
         self.ctx.bind()?;
-        st.stream.note_other_work();
         // SAFETY: forwarded contract.
-        unsafe { self.ctx.runtime().memset_d8_async(dst, value, bytes, st.stream.raw())? };
+        unsafe { st.stream.memset_async(dst, value, bytes)? };
         st.stream.synchronize()
     }
 
@@ -266,10 +264,8 @@ impl GpuDevice {
         stats.plan_us = t0.elapsed().as_micros() as u64;
         let t1 = Instant::now();
         if let Some(Some((dst, src, bytes))) = timing {
-            st.stream.note_other_work();
             // SAFETY: forwarded contract.
-            unsafe { self.ctx.runtime().copy_dtod_async(dst, src, bytes, st.stream.raw()) }
-                .map_err(|e| other(format!("runway copy: {e}")))?;
+            unsafe { st.stream.copy_dtod_async(dst, src, bytes) }.map_err(|e| other(format!("runway copy: {e}")))?;
         }
         if let Some((start, _)) = &events {
             start.record(&st.stream).map_err(|e| other(e.to_string()))?;
@@ -427,9 +423,8 @@ impl GpuDevice {
         let st = self.state();
         self.ctx.bind()?;
         if let Some((dst, src, bytes)) = before {
-            st.stream.note_other_work();
             // SAFETY: forwarded contract.
-            unsafe { self.ctx.runtime().copy_dtod_async(dst, src, bytes, st.stream.raw()) }.map_err(|mut e| {
+            unsafe { st.stream.copy_dtod_async(dst, src, bytes) }.map_err(|mut e| {
                 e.message = format!("runway copy: {}", e.message);
                 e
             })?;
@@ -448,12 +443,7 @@ impl GpuDevice {
     /// Both ranges are device memory of this device.
     pub unsafe fn copy_timed(&self, dst: DevicePtr, src: DevicePtr, bytes: usize) -> GpuResult<f32> {
         // SAFETY: forwarded contract.
-        unsafe {
-            self.events_around(None, |stream| {
-                stream.note_other_work();
-                self.ctx.runtime().copy_dtod_async(dst, src, bytes, stream.raw())
-            })
-        }
+        unsafe { self.events_around(None, |stream| stream.copy_dtod_async(dst, src, bytes)) }
     }
 
     /// Device time in milliseconds of reading the `bytes` at `src` once with `tandem_read_probe`

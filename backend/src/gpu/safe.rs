@@ -329,14 +329,13 @@ pub struct Stream {
 }
 
 impl Stream {
-    /// The raw handle. Work queued on it directly must be followed by [`Self::note_other_work`].
     pub fn raw(&self) -> RawStream {
         self.raw
     }
 
-    /// Records that something other than a kernel was queued last (through [`Self::raw`]), so
-    /// the next dependent launch waits for it in the ordinary way.
-    pub fn note_other_work(&self) {
+    /// Records that something other than a kernel is queued last, so the next dependent launch
+    /// waits for it in the ordinary way.
+    fn note_other_work(&self) {
         self.after_kernel.store(false, Ordering::Relaxed);
     }
 
@@ -417,6 +416,28 @@ impl Stream {
         }
     }
 
+    /// Queues a device-to-device copy between raw device ranges.
+    ///
+    /// # Safety
+    /// Both ranges are device memory of this context, valid until the stream has passed the copy.
+    pub unsafe fn copy_dtod_async(&self, dst: DevicePtr, src: DevicePtr, bytes: usize) -> GpuResult<()> {
+        self.ctx.bind()?;
+        self.note_other_work();
+        // SAFETY: forwarded contract.
+        unsafe { self.ctx.rt.copy_dtod_async(dst, src, bytes, self.raw) }
+    }
+
+    /// Queues filling a raw device range with `value`.
+    ///
+    /// # Safety
+    /// The range is device memory of this context, valid until the stream has passed the fill.
+    pub unsafe fn memset_async(&self, dst: DevicePtr, value: u8, bytes: usize) -> GpuResult<()> {
+        self.ctx.bind()?;
+        self.note_other_work();
+        // SAFETY: forwarded contract.
+        unsafe { self.ctx.rt.memset_d8_async(dst, value, bytes, self.raw) }
+    }
+
     /// Queues filling `bytes` bytes of `dst` from `offset` with `value`.
     pub fn memset(&self, dst: &DeviceBuffer, offset: usize, value: u8, bytes: usize) -> GpuResult<()> {
         dst.check_range(offset, bytes, "memset")?;
@@ -443,15 +464,15 @@ impl Stream {
     /// Queues `f` with `args` as a dependent launch where this device overlaps them and the
     /// work queued last is a kernel: `f`'s grid may start once every block of that kernel has
     /// started (or released it with tandem_grid_release), before it finishes. Elsewhere a plain
-    /// [`Self::launch`]. Whether it overlapped.
+    /// [`Self::launch`].
     ///
     /// # Safety
     /// As [`Self::launch`]; and `f` calls tandem_grid_wait before it writes anything or reads
     /// anything but memory that no work queued ahead of it on this stream writes.
-    pub unsafe fn launch_dependent(&self, f: &Function, cfg: LaunchConfig, args: &mut KernelArgs) -> GpuResult<bool> {
+    pub unsafe fn launch_dependent(&self, f: &Function, cfg: LaunchConfig, args: &mut KernelArgs) -> GpuResult<()> {
         let overlap = self.ctx.dependent_launch && self.after_kernel.load(Ordering::Relaxed);
         // SAFETY: forwarded contract.
-        unsafe { self.queue_kernel(f, cfg, args, overlap) }.map(|_| overlap)
+        unsafe { self.queue_kernel(f, cfg, args, overlap) }
     }
 
     /// # Safety

@@ -1206,7 +1206,7 @@ pub unsafe fn launch_gemv(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
     // of the graph writes them (`settled`).
     unsafe {
         if ctx.settled {
-            ctx.stream.launch_dependent(&f, cfg, &mut args).map(|_| ())
+            ctx.stream.launch_dependent(&f, cfg, &mut args)
         } else {
             ctx.stream.launch(&f, cfg, &mut args)
         }
@@ -1440,9 +1440,7 @@ pub unsafe fn launch_mul_mat_id(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<
     // SAFETY: (w, [src1, aq, ads | src1], ids, dst, tandem_mmid_shape) as pushed; expert indices
     // are checked on the device before any weight is read. The kernel calls tandem_grid_wait
     // before it reads anything, so it may be a dependent launch.
-    unsafe { ctx.stream.launch_dependent(&f, cfg, &mut args) }
-        .map(|_| ())
-        .map_err(KernelError::Gpu)
+    unsafe { ctx.stream.launch_dependent(&f, cfg, &mut args) }.map_err(KernelError::Gpu)
 }
 
 /// The tensor-core MUL_MAT_ID entry (tokens grouped by expert) for experts of `ty`, if any.
