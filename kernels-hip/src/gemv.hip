@@ -450,6 +450,36 @@ TANDEM_DEVICE bool tandem_mv_quant_vec(const char* base, i64 nb0, i64 nb1) {
     return nb0 == 4 && (((u64)base | (u64)nb1) & 15u) == 0;
 }
 
+// Where the segment walk (tandem_gemv_seg, G 32-value groups per segment) keeps a column's
+// 16-byte unit u of int8 values (2G per segment) and the (d, d * sum) pair of group g (G per
+// segment, two to a 16-byte unit) in shared memory: each segment's units swapped among
+// themselves by an XOR with bits of the segment index, so that the lanes of a wave, each reading
+// the same unit of its own segment, reach distinct banks. G = 0: in order (the row walks).
+template <int G>
+TANDEM_DEVICE int tandem_seg_act_at(int u) {
+    if constexpr (G == 0) {
+        return u;
+    } else {
+        return u ^ ((u / (2 * G)) & 7);
+    }
+}
+// The XOR that segment seg's four pair units take.
+template <int G>
+TANDEM_DEVICE int tandem_seg_pair_x(int seg) {
+    static_assert(G == 8, "segments of eight groups");
+    return (seg >> 1) & 3;
+}
+template <int G>
+TANDEM_DEVICE int tandem_seg_pair_at(int g) {
+    if constexpr (G == 0) {
+        return g;
+    } else {
+        constexpr int P = G / 2;  // pair units per segment
+        const int v = g / 2;
+        return 2 * ((v & ~(P - 1)) | ((v & (P - 1)) ^ tandem_seg_pair_x<G>(v / P))) + (g & 1);
+    }
+}
+
 #define TANDEM_MV_QUANT_UNROLL 2
 // Loads the values of the TANDEM_MV_QUANT_UNROLL halves (16 values each) this thread quantizes
 // in the pass of column `col` that starts at wave offset w0 (zeros past the column's `halves`).
@@ -485,10 +515,12 @@ TANDEM_DEVICE void tandem_mv_quant_load(float (&x)[TANDEM_MV_QUANT_UNROLL][16], 
 // TANDEM_MV_QUANT_UNROLL such halves per thread, loaded before any is used. x holds the values
 // of column 0's first pass: the caller loads them (tandem_mv_quant_load) before its weight
 // loads, so the wait for them overlaps the wait for the weights. Every thread of the block calls
-// it; the caller puts a block barrier after it.
+// it; the caller puts a block barrier after it. SEG > 0 (one column): the units go where
+// tandem_seg_act_at<SEG> and tandem_seg_pair_at<SEG> say.
+template <int SEG = 0>
 TANDEM_DEVICE void tandem_mv_quantize_block(const char* base, i64 nb0, i64 nb1, i64 k, int ncols, i8* sq,
                                             float2* sd, float (&x)[TANDEM_MV_QUANT_UNROLL][16]) {
-    const int halves = (int)(k / 16);  // per column; even (k is of 32s, at most 16384)
+    const int halves = (int)(k / 16);  // per column; even (k is of 32s, at most 32768)
     const int lane = threadIdx.x % warpSize;
     const int bd = blockDim.x;
     const bool vec = tandem_mv_quant_vec(base, nb0, nb1);
@@ -510,8 +542,8 @@ TANDEM_DEVICE void tandem_mv_quantize_block(const char* base, i64 nb0, i64 nb1, 
                 int sum;
                 tandem_q8_part<16>(x[u], q, d, sum);
                 if (h < halves) {
-                    cq[h] = make_uint4(q[0], q[1], q[2], q[3]);
-                    if ((h & 1) == 0) cd[h / 2] = tandem_q8_pair(d, sum);
+                    cq[tandem_seg_act_at<SEG>(h)] = make_uint4(q[0], q[1], q[2], q[3]);
+                    if ((h & 1) == 0) cd[tandem_seg_pair_at<SEG>(h / 2)] = tandem_q8_pair(d, sum);
                 }
             }
         }
@@ -986,6 +1018,274 @@ TANDEM_DEVICE void tandem_mv_float_rows(const u8* w0, i64 nb01, int nrows, i64 k
     tandem_mv_block_finish<MAXC, R>(acc, nrows, ncols, out, out_stride);
 }
 
+// ---------------------------------------------------------------- one column in segments
+
+// The one-column GEMV of q4_0, iq4_nl and q4_K over contiguous, 16-byte-aligned rows with k a
+// multiple of 256 (tandem_gemv_<t>_s1; the launcher's gemv_seg_fits). A segment is a run of
+// whole 32-weight groups of a row, a lane's share of one step: eight blocks of q4_0 or iq4_nl,
+// one q4_K superblock (144 bytes, 16-byte aligned). Each wave takes a contiguous stretch of
+// rows, so its weights are one run of bytes. It walks them a step (a segment per lane) at a
+// time: the step's consecutive 16-byte loads (the next step's issued as soon as this one's are
+// in shared memory) are stored to the wave's stage, from where each lane reads its own segment
+// whole, its blocks at offsets the compiler knows (no shifts by run-time amounts).
+// The lanes' sums are added per row across the wave (rows end anywhere in a step), a row that
+// runs on into the next step carrying its sum there. The block quantizes its column into shared
+// memory first, laid out as tandem_seg_act_at says.
+
+// c plus 16 times the sum of the products of the high nibbles of q's bytes with b's signed bytes.
+TANDEM_DEVICE int tandem_dp4a_hi16(u32 q, int b, int c) {
+#if defined(TANDEM_NVIDIA)
+    int r;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(q & 0xF0F0F0F0u), "r"(b), "r"(c));
+    return r;
+#elif defined(__gfx1100__) || defined(__gfx1101__) || defined(__gfx1102__) || defined(__gfx1103__) || \
+    defined(__gfx1150__) || defined(__gfx1151__) || defined(__gfx1200__) || defined(__gfx1201__)
+    return __builtin_amdgcn_sudot4(false, (int)(q & 0xF0F0F0F0u), true, b, c, false);
+#else
+    return c + 16 * tandem_dp4a((int)((q >> 4) & 0x0F0F0F0Fu), b, 0);
+#endif
+}
+
+// The four activation words of unit u of a segment's units at a (swizzled by x).
+TANDEM_DEVICE void tandem_seg_act(const uint4* a, int u, int x, int (&v)[4]) {
+    const uint4 q = a[u ^ x];
+    v[0] = (int)q.x;
+    v[1] = (int)q.y;
+    v[2] = (int)q.z;
+    v[3] = (int)q.w;
+}
+// Group j's (d, d * sum) pair from a segment's pair units at p (swizzled by y).
+TANDEM_DEVICE float2 tandem_seg_pair(const uint4* p, int j, int y) {
+    const uint4 q = p[(j / 2) ^ y];
+    return (j & 1) ? make_float2(__uint_as_float(q.z), __uint_as_float(q.w))
+                   : make_float2(__uint_as_float(q.x), __uint_as_float(q.y));
+}
+
+// The f16 and the four words of the 2-byte-aligned 18-byte block j of words w (q4_0, iq4_nl):
+// block j starts at byte 18j, 4-byte aligned for even j (its quants are not), 2 bytes past a word
+// for odd j (its quants are aligned).
+template <int N>
+TANDEM_DEVICE float tandem_seg_block18(const u32 (&w)[N], int j, u32 (&q)[4]) {
+    const int b = 9 * (j / 2) + 4 * (j & 1);
+    if ((j & 1) == 0) {
+#pragma unroll
+        for (int t = 0; t < 4; ++t) q[t] = tandem_shr64(w[b + t], w[b + t + 1], 16);
+        return tandem_f16_to_f32((u16)(w[b] & 0xffffu));
+    }
+#pragma unroll
+    for (int t = 0; t < 4; ++t) q[t] = w[b + 1 + t];
+    return tandem_f16_to_f32((u16)(w[b] >> 16));
+}
+
+// Segment types: G groups in BYTES bytes; dot() takes the segment's words w, its 2G units of
+// int8 activations at a (swizzled by x), its G / 2 units of pairs at p (swizzled by y).
+struct tandem_seg_q4_0 {
+    static constexpr int G = 8, BYTES = 144;
+    static __device__ __forceinline__ float dot(const u32 (&w)[BYTES / 4], const uint4* a, const uint4* p, int x,
+                                                int y) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            u32 q[4];
+            const float d = tandem_seg_block18(w, j, q);
+            int lo[4], hi[4];
+            tandem_seg_act(a, 2 * j, x, lo);
+            tandem_seg_act(a, 2 * j + 1, x, hi);
+            const float2 ds = tandem_seg_pair(p, j, y);
+            int sl = 0, sh = 0;
+#pragma unroll
+            for (int t = 0; t < 4; ++t) {
+                sl = tandem_dp4a((int)(q[t] & 0x0F0F0F0Fu), lo[t], sl);
+                sh = tandem_dp4a_hi16(q[t], hi[t], sh);
+            }
+            acc += d * (ds.x * (float)(sl + (sh >> 4)) - 8.0f * ds.y);
+        }
+        return acc;
+    }
+};
+
+struct tandem_seg_iq4_nl {
+    static constexpr int G = 8, BYTES = 144;
+    static __device__ __forceinline__ float dot(const u32 (&w)[BYTES / 4], const uint4* a, const uint4* p, int x,
+                                                int y) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            u32 q[4];
+            const float d = tandem_seg_block18(w, j, q);
+            int lo[4], hi[4];
+            tandem_seg_act(a, 2 * j, x, lo);
+            tandem_seg_act(a, 2 * j + 1, x, hi);
+            const float2 ds = tandem_seg_pair(p, j, y);
+            int s = 0;
+#pragma unroll
+            for (int t = 0; t < 4; ++t) {
+                u32 vl, vh;
+                tandem_iq4nl_levels8(q[t], vl, vh);
+                s = tandem_dp4a((int)vl, lo[t], s);
+                s = tandem_dp4a((int)vh, hi[t], s);
+            }
+            acc += d * ds.x * (float)s;
+        }
+        return acc;
+    }
+};
+
+// q4_K: d and dmin in word 0, the twelve scale bytes in words 1..3 (group g < 4: scale byte g,
+// min byte g + 4, six bits each; g >= 4: low four bits from byte g + 4, high two from the top
+// bits of bytes g - 4 and g), quants in words 4..35 (groups 2i and 2i + 1: the low and high
+// nibbles of words 4 + 8i ..).
+struct tandem_seg_q4_K {
+    static constexpr int G = 8, BYTES = 144;
+    static __device__ __forceinline__ float dot(const u32 (&w)[BYTES / 4], const uint4* a, const uint4* p, int x,
+                                                int y) {
+        const float d = tandem_f16_to_f32((u16)(w[0] & 0xffffu)), dmin = tandem_f16_to_f32((u16)(w[0] >> 16));
+        const u32 sc[2] = {w[1] & 0x3f3f3f3fu, (w[3] & 0x0f0f0f0fu) | ((w[1] >> 2) & 0x30303030u)};
+        const u32 mn[2] = {w[2] & 0x3f3f3f3fu, ((w[3] >> 4) & 0x0f0f0f0fu) | ((w[2] >> 2) & 0x30303030u)};
+        float acc = 0.0f, accm = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            int sl = 0, sh = 0;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                int lo[4], hi[4];
+                tandem_seg_act(a, 4 * i + h, x, lo);
+                tandem_seg_act(a, 4 * i + 2 + h, x, hi);
+#pragma unroll
+                for (int t = 0; t < 4; ++t) {
+                    const u32 q = w[4 + 8 * i + 4 * h + t];
+                    sl = tandem_dp4a((int)(q & 0x0F0F0F0Fu), lo[t], sl);
+                    sh = tandem_dp4a_hi16(q, hi[t], sh);
+                }
+            }
+            const float2 d0 = tandem_seg_pair(p, 2 * i, y), d1 = tandem_seg_pair(p, 2 * i + 1, y);
+            const int g0 = 2 * i, g1 = 2 * i + 1;
+            const int s0 = (int)((sc[g0 / 4] >> (8 * (g0 % 4))) & 0xffu), s1 = (int)((sc[g1 / 4] >> (8 * (g1 % 4))) & 0xffu);
+            const int m0 = (int)((mn[g0 / 4] >> (8 * (g0 % 4))) & 0xffu), m1 = (int)((mn[g1 / 4] >> (8 * (g1 % 4))) & 0xffu);
+            acc += d0.x * (float)(s0 * sl) + d1.x * (float)(s1 * (sh >> 4));
+            accm += d0.y * (float)m0 + d1.y * (float)m1;
+        }
+        return d * acc - dmin * accm;
+    }
+};
+
+// The words of a lane's segment in its wave's stage, with 16-byte loads (a wave's lanes reach
+// distinct banks: consecutive segments start 144 bytes, nine 16-byte units, apart).
+template <int BYTES>
+TANDEM_DEVICE void tandem_seg_words(const u8* seg, u32 (&w)[BYTES / 4]) {
+    static_assert(BYTES % 16 == 0, "segments are whole 16-byte units");
+#pragma unroll
+    for (int t = 0; t < BYTES / 16; ++t) {
+        const uint4 q = ((const uint4*)seg)[t];
+        w[4 * t] = q.x;
+        w[4 * t + 1] = q.y;
+        w[4 * t + 2] = q.z;
+        w[4 * t + 3] = q.w;
+    }
+}
+
+// The segment GEMV of one column (a block per grid.x of each batch grid.y).
+template <typename T>
+TANDEM_DEVICE void tandem_gemv_seg(const char* w, const char* src1, char* dst, const tandem_mm_shape& s) {
+    extern __shared__ __align__(16) u8 tandem_mv_smem[];
+    constexpr int NV = T::BYTES / 16;  // 16-byte loads per lane and step
+    tandem_grid_release();
+    const i64 b = blockIdx.y;
+    if (b >= s.ne12 * s.ne13) return;
+    i64 i12 = 0, i13 = 0;
+    const u8* wbase = (const u8*)w;
+    if (b > 0) {
+        i12 = b % s.ne12;
+        i13 = b / s.ne12;
+        wbase += (i12 / s.r2) * s.nb02 + (i13 / s.r3) * s.nb03;
+    }
+    const int lane = threadIdx.x % warpSize, ws = warpSize;
+    const int wave = threadIdx.x / warpSize, nw = blockDim.x / warpSize;
+    const int step16 = ws * T::BYTES / 16;  // 16-byte units of a step
+    uint4* stage = (uint4*)tandem_mv_smem + wave * step16;
+    // This wave's rows [ra, rb): the grid's waves split the rows evenly, the first m % nwt
+    // waves taking one more (32-bit divisions where the rows fit them, as every real weight's do).
+    const i64 nwt = (i64)gridDim.x * nw, gw = (i64)blockIdx.x * nw + wave;
+    i64 per, extra;
+    if (s.m <= 0xffffffffll) {
+        per = (u32)s.m / (u32)nwt;
+        extra = (u32)s.m % (u32)nwt;
+    } else {
+        per = s.m / nwt;
+        extra = s.m % nwt;
+    }
+    const i64 ra = gw * per + (gw < extra ? gw : extra);
+    const i64 rb = ra + per + (gw < extra ? 1 : 0);
+    const int S = (int)(s.k / (32 * T::G));  // segments per row
+    const i64 items = (rb - ra) * S;
+    const i64 n16 = items * T::BYTES / 16;
+    const uint4* src = (const uint4*)(wbase + ra * s.nb01);
+    uint4 r[NV];
+#pragma unroll
+    for (int t = 0; t < NV; ++t) {
+        const int u = lane + t * ws;
+        if (u < step16 && u < n16) r[t] = tandem_ld_stream16(src + u);
+    }
+    // Weights only before it (under a dependent launch these loads overlap the kernel ahead).
+    // The test, always true, puts the wait in a block of its own: unconditional, ptxas moved the
+    // loads below it (NVRTC 13.5).
+    if (gw < nwt) tandem_grid_wait();
+    const char* act = src1 + i12 * s.nb12 + i13 * s.nb13;
+    float xa[TANDEM_MV_QUANT_UNROLL][16];
+    tandem_mv_quant_load(xa, act, s.nb10, tandem_mv_quant_vec(act, s.nb10, s.nb11), (int)(s.k / 16),
+                         (int)threadIdx.x - lane);
+    i8* sq = (i8*)(tandem_mv_smem + nw * step16 * 16);
+    float2* sd = (float2*)(sq + s.k);
+    tandem_mv_quantize_block<T::G>(act, s.nb10, s.nb11, s.k, 1, sq, sd, xa);
+    __syncthreads();
+    char* out = dst + i12 * s.nb2 + i13 * s.nb3 + ra * 4;
+    int rr = lane / S, sg = lane % S;  // the lane's item: segment sg of the wave's row rr
+    float carry = 0.0f;
+    for (i64 base = 0; base < items; base += ws) {
+        const i64 b16 = base * T::BYTES / 16;
+#pragma unroll
+        for (int t = 0; t < NV; ++t) {
+            const int u = lane + t * ws;
+            if (u < step16 && b16 + u < n16) stage[u] = r[t];
+        }
+        tandem_wave_sync();
+#pragma unroll
+        for (int t = 0; t < NV; ++t) {
+            const int u = lane + t * ws;
+            if (u < step16 && b16 + step16 + u < n16) r[t] = tandem_ld_stream16(src + b16 + step16 + u);
+        }
+        const bool valid = base + lane < items;
+        float v = 0.0f;
+        if (valid) {
+            u32 wv[T::BYTES / 4];
+            tandem_seg_words<T::BYTES>((const u8*)stage + lane * T::BYTES, wv);
+            v = T::dot(wv, (const uint4*)sq + 2 * T::G * sg, (const uint4*)sd + T::G / 2 * sg, sg & 7,
+                       tandem_seg_pair_x<T::G>(sg));
+        }
+        tandem_wave_sync();
+        // Each lane adds the lanes after it in its row (a lane o further on is in the same row
+        // when sg + o < S), so the row's first lane in this step ends up with their sum.
+        for (int o = 1; o < ws; o <<= 1) {
+            const float t = __shfl_down(v, o);
+            if (lane + o < ws && sg + o < S) v += t;
+        }
+        const float total = v + (lane == 0 ? carry : 0.0f);
+        // The last lane's row runs on into the next step unless it ends there; its first lane in
+        // this step is ws - 1 - (its segment), or lane 0.
+        const int sl = __shfl(sg, ws - 1);
+        const bool open = base + ws - 1 < items && sl < S - 1;
+        const int head = ws - 1 - sl > 0 ? ws - 1 - sl : 0;
+        const float tail = __shfl(total, head);
+        if (valid && (sg == 0 || lane == 0) && lane + (S - 1 - sg) < ws) *(float*)(out + (i64)rr * 4) = total;
+        carry = open ? tail : 0.0f;
+        sg += ws;
+        while (sg >= S) {
+            sg -= S;
+            ++rr;
+        }
+    }
+}
+
 // ---------------------------------------------------------------- kernels
 
 // MUL_MAT, quantized weights: block (row groups, batch); with aq null the block quantizes
@@ -1150,7 +1450,8 @@ tandem_q8_round_f32(const char* src, float* out, tandem_q8_shape s) {
 #define TANDEM_MMID_ARGS_F const char *w, const char *src1, const char *ids, char *dst, tandem_mmid_shape s
 #define TANDEM_MV_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_MV_THREADS)
 
-// _c1: one column (decode); _c8: up to eight columns from one pass over the weights.
+// _c1: one column (decode); _c8: up to eight columns from one pass over the weights; _s1: one
+// column in segments (tandem_gemv_seg).
 TANDEM_MV_KERNEL tandem_gemv_f32_c1(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_f32, 1, TANDEM_MV_FLOAT_ROWS>(w, src1, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_f32_c8(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_f32, 8, 1>(w, src1, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_f16_c1(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_f16, 1, TANDEM_MV_FLOAT_ROWS>(w, src1, dst, s); }
@@ -1159,6 +1460,7 @@ TANDEM_MV_KERNEL tandem_gemv_bf16_c1(TANDEM_MV_ARGS_F) { tandem_gemv_float<tande
 TANDEM_MV_KERNEL tandem_gemv_bf16_c8(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_bf16, 8, 1>(w, src1, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_0_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_0, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_0_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_0, 8>(w, src1, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q4_0_s1(TANDEM_MV_ARGS_F) { tandem_gemv_seg<tandem_seg_q4_0>(w, src1, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_1_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_1, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_1_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_1, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q5_0_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_0, 1>(w, src1, aq, ads, dst, s); }
@@ -1173,12 +1475,14 @@ TANDEM_MV_KERNEL tandem_gemv_q3_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tande
 TANDEM_MV_KERNEL tandem_gemv_q3_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q3_K, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_K, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_K, 8>(w, src1, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q4_K_s1(TANDEM_MV_ARGS_F) { tandem_gemv_seg<tandem_seg_q4_K>(w, src1, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q5_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_K, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q5_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_K, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q6_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q6_K, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q6_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q6_K, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_iq4_nl_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_iq4_nl, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_iq4_nl_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_iq4_nl, 8>(w, src1, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_iq4_nl_s1(TANDEM_MV_ARGS_F) { tandem_gemv_seg<tandem_seg_iq4_nl>(w, src1, dst, s); }
 
 TANDEM_MV_KERNEL tandem_mul_mat_id_f32(TANDEM_MMID_ARGS_F) { tandem_mmid_float<tandem_mv_f32>(w, src1, ids, dst, s); }
 TANDEM_MV_KERNEL tandem_mul_mat_id_f16(TANDEM_MMID_ARGS_F) { tandem_mmid_float<tandem_mv_f16>(w, src1, ids, dst, s); }

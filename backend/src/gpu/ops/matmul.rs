@@ -208,14 +208,14 @@ pub const REGISTRATIONS: &[Registration] = registrations! {
 #[cfg(test)]
 mod tests {
     use super::super::matmul_launch::{
-        convert_config, entries, gemm_config, gemv_act_bytes, gemv_config, gemv_fuses_quantize, gemv_shared_bytes,
-        gemv_stages, gemv_waves, half_weights, has_mma, has_wgmma, mma_config, mma_entry, mma_tile, mmid_grouped_bytes,
-        mmid_mma_config, mmid_mma_entry, mmid_wmma_entry, mmq_shared_bytes, mmv_config, mmv_entry, mmv_fits,
-        mmv_shared_bytes, quantize_config, rows_per_wave, split_sum_config, wgmma_config, wgmma_entry,
-        wgmma_f16_config, wgmma_fits, wgmma_shared_bytes, wgmma_takes, wgmmq_config, wgmmq_entry, wgmmq_fits,
-        wgmmq_shared_bytes, wgmmq_tensor_offsets, wmma_entry, wmma_native_layout, MmSplit, AMD_BLOCK_LDS, GEMM_FAMILY,
-        GEMV_FAMILY, GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES, MMA_COPY_VALUES, QUANTIZE_VALUES, WGMMQ_MAX_ROW_BYTES,
-        WMMA_FAMILY,
+        convert_config, entries, gemm_config, gemv_act_bytes, gemv_config, gemv_fuses_quantize, gemv_seg_config,
+        gemv_seg_fits, gemv_shared_bytes, gemv_stages, gemv_waves, half_weights, has_mma, has_wgmma, mma_config,
+        mma_entry, mma_tile, mmid_grouped_bytes, mmid_mma_config, mmid_mma_entry, mmid_wmma_entry, mmq_shared_bytes,
+        mmv_config, mmv_entry, mmv_fits, mmv_shared_bytes, quantize_config, rows_per_wave, seg_entry, split_sum_config,
+        wgmma_config, wgmma_entry, wgmma_f16_config, wgmma_fits, wgmma_shared_bytes, wgmma_takes, wgmmq_config,
+        wgmmq_entry, wgmmq_fits, wgmmq_shared_bytes, wgmmq_tensor_offsets, wmma_entry, wmma_native_layout, MmSplit,
+        AMD_BLOCK_LDS, GEMM_FAMILY, GEMV_FAMILY, GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES, MMA_COPY_VALUES,
+        QUANTIZE_VALUES, WGMMQ_MAX_ROW_BYTES, WMMA_FAMILY,
     };
     use super::*;
     use crate::gpu::api::DevicePtr;
@@ -380,6 +380,84 @@ mod tests {
                 "{ty}"
             );
         }
+        // The segment GEMV: q4_0, iq4_nl, q4_K; one column, k a multiple of 256, contiguous rows,
+        // 16-byte-aligned bases, rows enough to give each of the 132 x 8 waves (32 lanes) a step.
+        let one = |ty: ElemType, m: i64, k: i64| MulMatShape {
+            n: 1,
+            m,
+            k,
+            nb01: ty.row_size(k).map_or(0, |r| r as i64),
+            nb02: ty.row_size(k).map_or(0, |r| r as i64 * m),
+            ne12: 1,
+            ..s
+        };
+        let fits = |ty, s: &MulMatShape| gemv_seg_fits(ty, DevicePtr(0x1000), s, 8, 32, 132);
+        for ty in [ElemType::Q4_0, ElemType::IQ4NL, ElemType::Q4K] {
+            let (name, bytes) = seg_entry(ty).unwrap();
+            let gemv_src = tandem_kernels_hip::find(GEMV_FAMILY).unwrap();
+            assert!(gemv_src.entries.contains(&name) && name.contains(ty.name()) && bytes == 144);
+            assert!(
+                fits(ty, &one(ty, 14336, 4096)) && fits(ty, &one(ty, 4096, 14336)),
+                "{ty}"
+            );
+            // 2112 rows of 16 segments fill the 1056 waves' steps; 2111 do not.
+            assert!(
+                fits(ty, &one(ty, 2112, 4096)) && !fits(ty, &one(ty, 2111, 4096)),
+                "{ty}"
+            );
+            assert!(!fits(
+                ty,
+                &MulMatShape {
+                    n: 2,
+                    ..one(ty, 14336, 4096)
+                }
+            ));
+            assert!(!fits(ty, &one(ty, 14336, 4096 + 128)) && !fits(ty, &one(ty, 1024, 32768 + 256)));
+            let padded = one(ty, 14336, 4096);
+            assert!(!fits(
+                ty,
+                &MulMatShape {
+                    nb01: padded.nb01 + 16,
+                    ..padded
+                }
+            ));
+            assert!(!fits(
+                ty,
+                &MulMatShape {
+                    nb02: padded.nb02 + 2,
+                    ..padded
+                }
+            ));
+            assert!(!gemv_seg_fits(ty, DevicePtr(0x1002), &padded, 8, 32, 132));
+        }
+        for ty in TYPES
+            .into_iter()
+            .filter(|t| !matches!(t, ElemType::Q4_0 | ElemType::IQ4NL | ElemType::Q4K))
+        {
+            assert!(seg_entry(ty).is_none(), "{ty}");
+        }
+        // One block per SM (fewer where there are fewer than 8 rows a block), a grid row per
+        // batch; shared memory: eight stages of 32 segments, then the q8_1 column.
+        let c = gemv_seg_config(ElemType::Q4_0, &one(ElemType::Q4_0, 14336, 4096), 8, 32, 132);
+        assert_eq!(
+            (c.grid, c.block, c.shared_bytes),
+            ([132, 1, 1], [256, 1, 1], 8 * 32 * 144 + 4096 + 1024)
+        );
+        let c = gemv_seg_config(
+            ElemType::Q4K,
+            &MulMatShape {
+                ne12: 3,
+                ..one(ElemType::Q4K, 100, 256)
+            },
+            4,
+            64,
+            4,
+        );
+        assert_eq!((c.grid, c.shared_bytes), ([4, 3, 1], 4 * 64 * 144 + 256 + 64));
+        assert_eq!(
+            gemv_seg_config(ElemType::Q4_0, &one(ElemType::Q4_0, 20, 256), 8, 32, 132).grid[0],
+            3
+        );
         let q = Q8Shape::of(srcs[1].unwrap());
         assert_eq!(q.columns(), 12);
         // Four values per thread: 4096 values of a column in four blocks of 256 threads.

@@ -9,7 +9,10 @@
 //!   [`rows_per_wave`]; several columns of a 32-value block type: rows in pairs), staged per
 //!   wave in 2048-weight chunks (dynamic shared memory, see [`gemv_shared_bytes`]) and summed
 //!   with a wave reduction; when the block's q8_1 columns fit ([`gemv_fuses_quantize`]) the
-//!   block quantizes them itself and the node is one launch. Float
+//!   block quantizes them itself and the node is one launch. `tandem_gemv_<t>_s1` (one column
+//!   of q4_0, iq4_nl, q4_K where [`gemv_seg_fits`]): block 256, grid (`seg_blocks`, batches);
+//!   the waves split the rows into contiguous stretches walked in steps of one 144-byte segment
+//!   per lane (dynamic shared memory: the stages and the block's q8_1 column). Float
 //!   weights: block 128, grid (ceil(m / rows), batches), `GEMV_FLOAT_ROWS` rows per block for
 //!   one column (else one), each thread loading several 16-byte vectors of every row at once.
 //! - `tandem_mul_mat_id_<type>`: as the GEMV of its type, grid.y = n_used * n_tokens.
@@ -115,6 +118,17 @@ pub const MAX_GRID_X: i64 = i32::MAX as i64;
 pub const MAX_SCRATCH: usize = 1 << 30;
 /// Most columns the GEMV kernels take; wider products go to the GEMM.
 pub const GEMV_MAX_COLUMNS: i64 = 8;
+/// Longest column the segment GEMV quantizes into shared memory (it always does): with its
+/// stages (eight waves of 32 lanes x 144 bytes) a block stays within 100 KiB.
+pub const GEMV_SEG_MAX_K: i64 = 32768;
+/// Segment-GEMV blocks per SM/CU. Measured on an H200 with the kernel's first version (µs, one
+/// at a time / back to back): two were faster one at a time but no faster back to back, and
+/// slower for iq4_nl (q4_0 14336 x 4096 16.1 / 12.2 with one, 15.6 / 12.4 with two; iq4_nl 18.1
+/// / 14.3 against 19.5 / 16.1).
+const GEMV_SEG_BLOCKS_PER_UNIT: i64 = 1;
+/// The name `TANDEM_DISABLE_DISPATCH` takes to keep one-column q4_0 and q4_K MUL_MAT off the
+/// segment GEMV (the row-walk GEMV `_c1` runs instead); `hip.gemv` covers it too.
+pub const SEG_SWITCH: &str = "hip.gemv.seg";
 
 /// `tandem_mm_shape` of gemv.hip, gemm.hip and mma.hip.
 #[repr(C)]
@@ -896,6 +910,66 @@ pub fn quantize_config(q: &Q8Shape) -> LaunchConfig {
     convert_config(q, QUANTIZE_VALUES)
 }
 
+/// The segment GEMV of `ty` (`tandem_gemv_<t>_s1`) and its segment's bytes (`T::BYTES` of
+/// gemv.hip): whole 32-weight groups that a lane reads as one piece, eight q4_0 or iq4_nl blocks
+/// or one q4_K superblock (144 bytes). Not q8_0: with four of its blocks (136 bytes) a lane, the
+/// kernel's first version was slower than the row walk on an H200 (14336 x 4096: 19.6 against
+/// 18.3 µs back to back).
+pub fn seg_entry(ty: ElemType) -> Option<(&'static str, i64)> {
+    match ty {
+        ElemType::Q4_0 => Some(("tandem_gemv_q4_0_s1", 144)),
+        ElemType::IQ4NL => Some(("tandem_gemv_iq4_nl_s1", 144)),
+        ElemType::Q4K => Some(("tandem_gemv_q4_K_s1", 144)),
+        _ => None,
+    }
+}
+
+/// Whether weights of `ty` at `base` with shape `s` take the segment GEMV on a device of `units`
+/// SMs/CUs with `warp_size`-lane waves: one column, k a multiple of 256 up to
+/// [`GEMV_SEG_MAX_K`], rows back to back (a wave's rows are one run of segments) and batch bases
+/// 16-byte aligned, and rows enough for every wave of the grid to fill a step with segments
+/// (narrower matrices were faster on the row walk, q4_0 1024 x 4096 on an H200 with the
+/// kernel's first version: 4.3 against 4.8 µs back to back).
+pub fn gemv_seg_fits(ty: ElemType, base: DevicePtr, s: &MulMatShape, waves: i64, warp_size: u32, units: u32) -> bool {
+    let Some((_, bytes)) = seg_entry(ty) else {
+        return false;
+    };
+    let segments = ty.row_size(s.k.max(0)).unwrap_or(0) as i64 / bytes;
+    s.n == 1
+        && s.k > 0
+        && s.k % 256 == 0
+        && s.k <= GEMV_SEG_MAX_K
+        && ty.row_size(s.k).is_some_and(|r| r as i64 == s.nb01)
+        && (base.0 as i64 | s.nb02 | s.nb03) % 16 == 0
+        && s.batches() <= MAX_GRID_YZ
+        && s.m * segments >= seg_blocks(s, waves, units) * waves * i64::from(warp_size)
+}
+
+/// Blocks of a segment GEMV: about [`GEMV_SEG_BLOCKS_PER_UNIT`] per SM/CU, no more than give
+/// every wave a row.
+fn seg_blocks(s: &MulMatShape, waves: i64, units: u32) -> i64 {
+    (GEMV_SEG_BLOCKS_PER_UNIT * i64::from(units.max(1)))
+        .min((s.m.max(1) + waves - 1) / waves)
+        .max(1)
+}
+
+/// Launch geometry of the segment GEMV of `ty`: `waves` waves of `warp_size` lanes per block,
+/// [`seg_blocks`] of them, one grid row per batch; shared memory for each wave's stage (a segment
+/// per lane) and the quantized column.
+pub fn gemv_seg_config(ty: ElemType, s: &MulMatShape, waves: i64, warp_size: u32, units: u32) -> LaunchConfig {
+    let bytes = seg_entry(ty).map_or(0, |(_, b)| b);
+    let shared = waves * i64::from(warp_size) * bytes + gemv_act_bytes(s.k, 1);
+    LaunchConfig {
+        grid: [
+            seg_blocks(s, waves, units) as u32,
+            s.batches().clamp(1, MAX_GRID_YZ) as u32,
+            1,
+        ],
+        block: [GEMV_THREADS, 1, 1],
+        shared_bytes: shared as u32,
+    }
+}
+
 /// Waves of one GEMV block on a device with `warp_size`-lane waves.
 pub fn gemv_waves(warp_size: u32) -> i64 {
     (GEMV_THREADS / warp_size.clamp(1, GEMV_THREADS)).max(1) as i64
@@ -1166,11 +1240,32 @@ pub unsafe fn launch_gemv(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
             .map_err(KernelError::Gpu);
         }
     }
+    let waves = gemv_waves(ctx.info.warp_size);
+    let (warp, units) = (ctx.info.warp_size, ctx.info.compute_units);
+    if let Some((entry, _)) = seg_entry(w.ty).filter(|_| {
+        gemv_seg_fits(w.ty, dptr(w), &s, waves, warp, units) && !crate::config::Config::get().is_disabled(SEG_SWITCH)
+    }) {
+        let f = ctx.kernels.function(GEMV_FAMILY, entry)?;
+        let cfg = gemv_seg_config(w.ty, &s, waves, warp, units);
+        let mut args = KernelArgs::new();
+        args.push(dptr(w)).push(dptr(src1)).push(dptr(node.dst)).push(s);
+        // SAFETY: (w, src1, dst, tandem_mm_shape); the grid's waves split rows [0, m) of each
+        // batch, whose weights are `m * nb01` contiguous bytes from a 16-byte-aligned base
+        // (`gemv_seg_fits`), read in 16-byte units up to that end; the block quantizes src1's one
+        // column into the shared memory counted by the config. Dependent launch as below.
+        return unsafe {
+            if ctx.settled {
+                ctx.stream.launch_dependent(&f, cfg, &mut args)
+            } else {
+                ctx.stream.launch(&f, cfg, &mut args)
+            }
+        }
+        .map_err(KernelError::Gpu);
+    }
     let names = entries(w.ty).ok_or_else(|| launch_error("gemv", "no kernel for this weight type"))?;
     let f = ctx
         .kernels
         .function(GEMV_FAMILY, if s.n == 1 { names[0] } else { names[1] })?;
-    let waves = gemv_waves(ctx.info.warp_size);
     // Quantized weights: waves * rpw rows per block; float weights: GEMV_FLOAT_ROWS rows per
     // block for one column, else one.
     let per_block = if uses_q8_1(w.ty) {
