@@ -1253,14 +1253,7 @@ pub unsafe fn launch_gemv(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
         // batch, whose weights are `m * nb01` contiguous bytes from a 16-byte-aligned base
         // (`gemv_seg_fits`), read in 16-byte units up to that end; the block quantizes src1's one
         // column into the shared memory counted by the config. Dependent launch as below.
-        return unsafe {
-            if ctx.settled {
-                ctx.stream.launch_dependent(&f, cfg, &mut args)
-            } else {
-                ctx.stream.launch(&f, cfg, &mut args)
-            }
-        }
-        .map_err(KernelError::Gpu);
+        return unsafe { launch_decode(ctx, &f, cfg, &mut args) };
     }
     let names = entries(w.ty).ok_or_else(|| launch_error("gemv", "no kernel for this weight type"))?;
     let f = ctx
@@ -1299,11 +1292,27 @@ pub unsafe fn launch_gemv(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
     // above); every row, column and output the grid reaches lies inside the tensors. The GEMVs
     // read only the weights before tandem_grid_wait, and as a dependent launch only where no node
     // of the graph writes them (`settled`).
+    unsafe { launch_decode(ctx, &f, cfg, &mut args) }
+}
+
+/// Queues a decode GEMV: a dependent launch where no node of the graph writes its weights
+/// (`ctx.settled`), else an ordinary one.
+///
+/// # Safety
+/// As for the stream's launches: `args` are the kernel's parameters, valid for `cfg`'s grid; the
+/// kernel reads nothing but its weights before tandem_grid_wait.
+unsafe fn launch_decode(
+    ctx: &LaunchCtx<'_>,
+    f: &crate::gpu::safe::Function,
+    cfg: LaunchConfig,
+    args: &mut KernelArgs,
+) -> Result<(), KernelError> {
+    // SAFETY: forwarded from the caller.
     unsafe {
         if ctx.settled {
-            ctx.stream.launch_dependent(&f, cfg, &mut args)
+            ctx.stream.launch_dependent(f, cfg, args)
         } else {
-            ctx.stream.launch(&f, cfg, &mut args)
+            ctx.stream.launch(f, cfg, args)
         }
     }
     .map_err(KernelError::Gpu)
