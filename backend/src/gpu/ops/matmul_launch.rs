@@ -126,7 +126,7 @@ pub const GEMV_SEG_MAX_K: i64 = 32768;
 /// slower for iq4_nl (q4_0 14336 x 4096 16.1 / 12.2 with one, 15.6 / 12.4 with two; iq4_nl 18.1
 /// / 14.3 against 19.5 / 16.1).
 const GEMV_SEG_BLOCKS_PER_UNIT: i64 = 1;
-/// The name `TANDEM_DISABLE_DISPATCH` takes to keep one-column q4_0 and q4_K MUL_MAT off the
+/// The name `TANDEM_DISABLE_DISPATCH` takes to keep one-column q4_0, iq4_nl and q4_K MUL_MAT off the
 /// segment GEMV (the row-walk GEMV `_c1` runs instead); `hip.gemv` covers it too.
 pub const SEG_SWITCH: &str = "hip.gemv.seg";
 
