@@ -1286,6 +1286,143 @@ TANDEM_DEVICE void tandem_gemv_seg(const char* w, const char* src1, char* dst, c
     }
 }
 
+// The segment GEMV in units copies its steps with cp.async (NVIDIA sm_80 and newer; seg_slots
+// in matmul_launch.rs): two stage slots per wave, one filling while the lanes dot the other.
+#if defined(TANDEM_NVIDIA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define TANDEM_SEG_ASYNC 1
+#endif
+#define TANDEM_SEG_SLOTS 2
+
+#if defined(TANDEM_SEG_ASYNC)
+// The shared-memory address of p.
+TANDEM_DEVICE u32 tandem_seg_smem(const void* p) {
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+// One 16-byte unit from global memory to shared address dst, not waiting (cp.async; kept out
+// of L1).
+TANDEM_DEVICE void tandem_seg_cp16(u32 dst, const uint4* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+#endif
+
+// The segment GEMV of one column in units (tandem_gemv_<t>_u1; a block per grid.x of each batch
+// grid.y). The rows go in units of R = max(1, ws / S) whole rows (S segments each) that
+// P = ceil(S / ws) steps cover, so no row crosses a unit (the launcher takes S dividing ws: one
+// full step a unit). The grid's waves take units gw, gw + (waves of the grid), ... (at any
+// moment the grid reads one compact stretch of the matrix, which streams from memory faster
+// than one stretch per wave); item e = j * ws + lane of step j is segment e % S of the unit's
+// row e / S.
+template <typename T>
+TANDEM_DEVICE void tandem_gemv_segu(const char* w, const char* src1, char* dst, const tandem_mm_shape& s) {
+#if !defined(TANDEM_SEG_ASYNC)
+    // Never launched without cp.async (seg_in_units); the stretch walk keeps the entry whole.
+    tandem_gemv_seg<T>(w, src1, dst, s);
+#else
+    extern __shared__ __align__(16) u8 tandem_mv_smem[];
+    constexpr int NV = T::BYTES / 16;  // 16-byte loads per lane and step
+    tandem_grid_release();
+    const i64 b = blockIdx.y;
+    if (b >= s.ne12 * s.ne13) return;
+    i64 i12 = 0, i13 = 0;
+    const u8* wbase = (const u8*)w;
+    if (b > 0) {
+        i12 = b % s.ne12;
+        i13 = b / s.ne12;
+        wbase += (i12 / s.r2) * s.nb02 + (i13 / s.r3) * s.nb03;
+    }
+    const int lane = threadIdx.x % warpSize, ws = warpSize;
+    const int wave = threadIdx.x / warpSize, nw = blockDim.x / warpSize;
+    const int step16 = ws * T::BYTES / 16;  // 16-byte units of a step
+    uint4* stage = (uint4*)tandem_mv_smem + wave * TANDEM_SEG_SLOTS * step16;
+    const int S = (int)(s.k / (32 * T::G));  // segments per row
+    const int R = S < ws ? (int)((u32)ws / (u32)S) : 1, P = (S + ws - 1) / ws;
+    // 32-bit divisions: the launcher keeps m (so the units and waves) below 2^31.
+    const u32 nwt = gridDim.x * (u32)nw, gw = blockIdx.x * (u32)nw + (u32)wave;
+    const u32 units = ((u32)s.m + (u32)R - 1) / (u32)R;
+    const i64 unit_bytes = (i64)R * S * T::BYTES;
+    // This wave's steps: (unit u, step j) for u = gw, gw + nwt, ... and j < P.
+    const i64 nsteps = gw < units ? (i64)((units - 1 - gw) / nwt + 1) * P : 0;
+    // The 16-byte units of step j of unit u (the last unit may hold fewer rows).
+    const auto step_units = [&](i64 u, int j) -> int {
+        const i64 rows = s.m - u * R < R ? s.m - u * R : R;
+        const i64 left = rows * S * (T::BYTES / 16) - (i64)j * step16;
+        return (int)(left < step16 ? left : step16);
+    };
+    const auto step_src = [&](i64 u, int j) -> const uint4* {
+        return (const uint4*)(wbase + u * unit_bytes + (i64)j * ws * T::BYTES);
+    };
+    // Step 0 into slot 0, step i + 1 into slot (i + 1) % 2 while step i is dotted.
+    const u32 stage_at = tandem_seg_smem(stage);
+    const auto fetch = [&](i64 u, int j, int slot) {
+        const uint4* src = step_src(u, j);
+        const int n16 = step_units(u, j);
+        const u32 at = stage_at + (u32)(slot * step16 * 16);
+#pragma unroll
+        for (int t = 0; t < NV; ++t) {
+            const int v = lane + t * ws;
+            if (v < step16 && v < n16) tandem_seg_cp16(at + (u32)v * 16u, src + v);
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    };
+    if (nsteps > 0) fetch(gw, 0, 0);
+    // Weights only before it (under a dependent launch these loads overlap the kernel ahead).
+    // The test, always true, puts the wait in a block of its own: unconditional, ptxas moved the
+    // loads below it (NVRTC 13.5).
+    if (gw < nwt) tandem_grid_wait();
+    const char* act = src1 + i12 * s.nb12 + i13 * s.nb13;
+    float xa[TANDEM_MV_QUANT_UNROLL][16];
+    tandem_mv_quant_load(xa, act, s.nb10, tandem_mv_quant_vec(act, s.nb10, s.nb11), (int)(s.k / 16),
+                         (int)threadIdx.x - lane);
+    i8* sq = (i8*)(tandem_mv_smem + nw * TANDEM_SEG_SLOTS * step16 * 16);
+    float2* sd = (float2*)(sq + s.k);
+    tandem_mv_quantize_block<T::G>(act, s.nb10, s.nb11, s.k, 1, sq, sd, xa);
+    __syncthreads();
+    char* out = dst + i12 * s.nb2 + i13 * s.nb3;
+    i64 u = gw;
+    int j = 0;
+    float carry = 0.0f;
+    for (i64 i = 0; i < nsteps; ++i) {
+        // The step after this one.
+        const i64 nu = j + 1 < P ? u : u + nwt;
+        const int nj = j + 1 < P ? j + 1 : 0;
+        const uint4* here = stage + (i & 1) * step16;
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
+        tandem_wave_sync();
+        // The other slot's step was dotted in the last pass, by every lane (the sync above).
+        if (i + 1 < nsteps) fetch(nu, nj, (int)((i + 1) & 1));
+        const i64 rows = s.m - u * R < R ? s.m - u * R : R;
+        const int e = j * ws + lane;
+        const int rr = e / S, sg = e % S;
+        const bool valid = e < rows * S;
+        float v = 0.0f;
+        if (valid) {
+            u32 wv[T::BYTES / 4];
+            tandem_seg_words<T::BYTES>((const u8*)here + lane * T::BYTES, wv);
+            v = T::dot(wv, (const uint4*)sq + 2 * T::G * sg, (const uint4*)sd + T::G / 2 * sg, sg & 7,
+                       tandem_seg_pair_x<T::G>(sg));
+        }
+        // Each lane adds the lanes after it in its row (a lane o further on is in the same row
+        // when sg + o < S), so the row's first lane in this step ends up with their sum.
+        for (int o = 1; o < ws; o <<= 1) {
+            const float t = __shfl_down(v, o);
+            if (lane + o < ws && sg + o < S) v += t;
+        }
+        const float total = v + (lane == 0 ? carry : 0.0f);
+        // A row ends in the step that holds its last segment; one that runs on (P > 1: the
+        // unit's one row, from lane 0) carries its sum into the unit's next step.
+        if (valid && (sg == 0 || lane == 0) && lane + (S - 1 - sg) < ws)
+            *(float*)(out + (u * R + rr) * 4) = total;
+        const float head = __shfl(total, 0);
+        carry = j + 1 < P ? head : 0.0f;
+        u = nu;
+        j = nj;
+    }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+#endif
+}
+
 // ---------------------------------------------------------------- kernels
 
 // MUL_MAT, quantized weights: block (row groups, batch); with aq null the block quantizes
@@ -1451,7 +1588,8 @@ tandem_q8_round_f32(const char* src, float* out, tandem_q8_shape s) {
 #define TANDEM_MV_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_MV_THREADS)
 
 // _c1: one column (decode); _c8: up to eight columns from one pass over the weights; _s1: one
-// column in segments (tandem_gemv_seg).
+// column in segments, each wave a stretch of rows (tandem_gemv_seg); _u1: one column in
+// segments, units of rows taken in turn across the grid (tandem_gemv_segu).
 TANDEM_MV_KERNEL tandem_gemv_f32_c1(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_f32, 1, TANDEM_MV_FLOAT_ROWS>(w, src1, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_f32_c8(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_f32, 8, 1>(w, src1, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_f16_c1(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_f16, 1, TANDEM_MV_FLOAT_ROWS>(w, src1, dst, s); }
@@ -1461,6 +1599,7 @@ TANDEM_MV_KERNEL tandem_gemv_bf16_c8(TANDEM_MV_ARGS_F) { tandem_gemv_float<tande
 TANDEM_MV_KERNEL tandem_gemv_q4_0_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_0, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_0_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_0, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_0_s1(TANDEM_MV_ARGS_F) { tandem_gemv_seg<tandem_seg_q4_0>(w, src1, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q4_0_u1(TANDEM_MV_ARGS_F) { tandem_gemv_segu<tandem_seg_q4_0>(w, src1, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_1_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_1, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_1_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_1, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q5_0_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_0, 1>(w, src1, aq, ads, dst, s); }
@@ -1476,6 +1615,7 @@ TANDEM_MV_KERNEL tandem_gemv_q3_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tande
 TANDEM_MV_KERNEL tandem_gemv_q4_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_K, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_K, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_K_s1(TANDEM_MV_ARGS_F) { tandem_gemv_seg<tandem_seg_q4_K>(w, src1, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q4_K_u1(TANDEM_MV_ARGS_F) { tandem_gemv_segu<tandem_seg_q4_K>(w, src1, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q5_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_K, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q5_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_K, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q6_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q6_K, 1>(w, src1, aq, ads, dst, s); }

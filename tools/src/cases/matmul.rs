@@ -163,14 +163,20 @@ pub fn cases(v: &mut Vec<Case>) {
             v.push(mul_mat_chain(ty, 1024, n, 4));
         }
         // The segment GEMV (q4_0, iq4_nl, q4_K; one column, rows enough for every wave of a
-        // 132-SM grid to fill a step): rows ending mid-step (nine segments a row), rows over
-        // several steps (70 segments), broadcast batches, and a chain whose later products read
-        // the earlier ones' results.
+        // 132-SM grid to fill a step). In stretches: rows ending mid-step (nine segments a
+        // row), rows over several steps (70 segments), a chain whose later products read the
+        // earlier ones' results. In units (q4_0 and q4_K on NVIDIA sm_80+; iq4_nl in stretches
+        // there too): one row a unit (32 segments) with broadcast batches, two, four and 32 rows
+        // a unit with a last unit of fewer, and a chain.
         if matches!(ty, ElemType::Q4_0 | ElemType::IQ4NL | ElemType::Q4K) {
             v.push(mul_mat(ty, 4611, 2304, 1, [1, 1], [1, 1]));
             v.push(mul_mat(ty, 517, 17920, 1, [1, 1], [1, 1]));
-            v.push(mul_mat(ty, 1100, 8192, 1, [2, 1], [2, 1]));
             v.push(mul_mat_chain(ty, 4608, 1, 3));
+            v.push(mul_mat(ty, 1100, 8192, 1, [2, 1], [2, 1]));
+            v.push(mul_mat(ty, 2113, 4096, 1, [1, 1], [1, 1]));
+            v.push(mul_mat(ty, 4227, 2048, 1, [2, 1], [2, 1]));
+            v.push(mul_mat(ty, 33793, 256, 1, [1, 1], [1, 1]));
+            v.push(mul_mat_chain(ty, 4096, 1, 3));
         }
         // One column of more than 8192 values: the GEMV reads a q8_1 copy made by a launch of
         // its own (rows 16-byte aligned for every type, so on NVIDIA the async walk reads it).

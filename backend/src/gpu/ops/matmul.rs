@@ -211,11 +211,11 @@ mod tests {
         convert_config, entries, gemm_config, gemv_act_bytes, gemv_config, gemv_fuses_quantize, gemv_seg_config,
         gemv_seg_fits, gemv_shared_bytes, gemv_stages, gemv_waves, half_weights, has_mma, has_wgmma, mma_config,
         mma_entry, mma_tile, mmid_grouped_bytes, mmid_mma_config, mmid_mma_entry, mmid_wmma_entry, mmq_shared_bytes,
-        mmv_config, mmv_entry, mmv_fits, mmv_shared_bytes, quantize_config, rows_per_wave, seg_entry, split_sum_config,
-        wgmma_config, wgmma_entry, wgmma_f16_config, wgmma_fits, wgmma_shared_bytes, wgmma_takes, wgmmq_config,
-        wgmmq_entry, wgmmq_fits, wgmmq_shared_bytes, wgmmq_tensor_offsets, wmma_entry, wmma_native_layout, MmSplit,
-        AMD_BLOCK_LDS, GEMM_FAMILY, GEMV_FAMILY, GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES, MMA_COPY_VALUES,
-        QUANTIZE_VALUES, WGMMQ_MAX_ROW_BYTES, WMMA_FAMILY,
+        mmv_config, mmv_entry, mmv_fits, mmv_shared_bytes, quantize_config, rows_per_wave, seg_entry, seg_in_units,
+        seg_slots, seg_units_entry, split_sum_config, wgmma_config, wgmma_entry, wgmma_f16_config, wgmma_fits,
+        wgmma_shared_bytes, wgmma_takes, wgmmq_config, wgmmq_entry, wgmmq_fits, wgmmq_shared_bytes,
+        wgmmq_tensor_offsets, wmma_entry, wmma_native_layout, MmSplit, AMD_BLOCK_LDS, GEMM_FAMILY, GEMV_FAMILY,
+        GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES, MMA_COPY_VALUES, QUANTIZE_VALUES, WGMMQ_MAX_ROW_BYTES, WMMA_FAMILY,
     };
     use super::*;
     use crate::gpu::api::DevicePtr;
@@ -391,7 +391,7 @@ mod tests {
             ne12: 1,
             ..s
         };
-        let fits = |ty, s: &MulMatShape| gemv_seg_fits(ty, DevicePtr(0x1000), s, 8, 32, 132);
+        let fits = |ty, s: &MulMatShape| gemv_seg_fits(ty, DevicePtr(0x1000), s, 8, 32, 132, "sm_90");
         for ty in [ElemType::Q4_0, ElemType::IQ4NL, ElemType::Q4K] {
             let (name, bytes) = seg_entry(ty).unwrap();
             let gemv_src = tandem_kernels_hip::find(GEMV_FAMILY).unwrap();
@@ -413,6 +413,14 @@ mod tests {
                 }
             ));
             assert!(!fits(ty, &one(ty, 14336, 4096 + 128)) && !fits(ty, &one(ty, 1024, 32768 + 256)));
+            // Shared memory: rows of more than 32 segments run in stretches, one slot of eight
+            // waves (36 KiB) beside the q8_1 column, which fit sm_90 and sm_86 up to k = 32768;
+            // one slot of four 64-lane waves (36 KiB) fits AMD's 64 KiB up to k = 22784.
+            let wide = one(ty, 14336, 32768);
+            assert!(fits(ty, &wide));
+            assert!(gemv_seg_fits(ty, DevicePtr(0x1000), &wide, 8, 32, 132, "sm_86"));
+            let amd = |s: &MulMatShape| gemv_seg_fits(ty, DevicePtr(0x1000), s, 4, 64, 96, "gfx1100");
+            assert!(amd(&one(ty, 14336, 22784)) && !amd(&one(ty, 14336, 23040)));
             let padded = one(ty, 14336, 4096);
             assert!(!fits(
                 ty,
@@ -428,7 +436,7 @@ mod tests {
                     ..padded
                 }
             ));
-            assert!(!gemv_seg_fits(ty, DevicePtr(0x1002), &padded, 8, 32, 132));
+            assert!(!gemv_seg_fits(ty, DevicePtr(0x1002), &padded, 8, 32, 132, "sm_90"));
         }
         for ty in TYPES
             .into_iter()
@@ -436,12 +444,56 @@ mod tests {
         {
             assert!(seg_entry(ty).is_none(), "{ty}");
         }
-        // One block per SM (fewer where there are fewer than 8 rows a block), a grid row per
-        // batch; shared memory: eight stages of 32 segments, then the q8_1 column.
-        let c = gemv_seg_config(ElemType::Q4_0, &one(ElemType::Q4_0, 14336, 4096), 8, 32, 132);
+        // Two slots where cp.async is (NVIDIA sm_80+), else one; units there for rows whose
+        // segments divide a wave.
+        assert_eq!(
+            (
+                seg_slots("sm_90"),
+                seg_slots("sm_86"),
+                seg_slots("sm_75"),
+                seg_slots("gfx1100")
+            ),
+            (2, 2, 1, 1)
+        );
+        for ty in [ElemType::Q4_0, ElemType::Q4K] {
+            let name = seg_units_entry(ty).unwrap();
+            assert!(tandem_kernels_hip::find(GEMV_FAMILY).unwrap().entries.contains(&name) && name.ends_with("_u1"));
+            assert!(seg_in_units(ty, 8192, 32, "sm_90") && seg_in_units(ty, 4096, 32, "sm_90"));
+            // 33, 18 and 12 segments a row: not a divisor of 32.
+            assert!(!seg_in_units(ty, 8448, 32, "sm_90") && !seg_in_units(ty, 4608, 32, "sm_90"));
+            assert!(!seg_in_units(ty, 3072, 32, "sm_90"));
+            assert!(seg_in_units(ty, 256, 32, "sm_86") && !seg_in_units(ty, 4096, 64, "gfx942"));
+            assert!(!seg_in_units(ty, 4096, 32, "sm_75"));
+        }
+        for ty in [ElemType::Q8_0, ElemType::IQ4NL] {
+            assert!(
+                seg_units_entry(ty).is_none() && !seg_in_units(ty, 4096, 32, "sm_90"),
+                "{ty}"
+            );
+        }
+        // In units: two blocks per SM (fewer where the units, two rows of 16 segments at
+        // k = 4096, leave a block's eight waves without one), a grid row per batch; shared
+        // memory: eight waves' two stages of 32 segments, then the q8_1 column.
+        let c = gemv_seg_config(ElemType::Q4_0, &one(ElemType::Q4_0, 14336, 4096), 8, 32, 132, true);
         assert_eq!(
             (c.grid, c.block, c.shared_bytes),
-            ([132, 1, 1], [256, 1, 1], 8 * 32 * 144 + 4096 + 1024)
+            ([264, 1, 1], [256, 1, 1], 8 * 2 * 32 * 144 + 4096 + 1024)
+        );
+        assert_eq!(
+            gemv_seg_config(ElemType::Q4_0, &one(ElemType::Q4_0, 2112, 4096), 8, 32, 132, true).grid[0],
+            132
+        );
+        // k = 256: units of 32 rows; 20 rows are one unit, one block.
+        assert_eq!(
+            gemv_seg_config(ElemType::Q4_0, &one(ElemType::Q4_0, 20, 256), 8, 32, 132, true).grid[0],
+            1
+        );
+        // In stretches: one block per SM (fewer where there are fewer than 8 rows a block), one
+        // stage per wave.
+        let c = gemv_seg_config(ElemType::Q4K, &one(ElemType::Q4K, 4096, 14336), 8, 32, 132, false);
+        assert_eq!(
+            (c.grid, c.shared_bytes),
+            ([132, 1, 1], 8 * 32 * 144 + 14336 + 14336 / 32 * 8)
         );
         let c = gemv_seg_config(
             ElemType::Q4K,
@@ -452,10 +504,11 @@ mod tests {
             4,
             64,
             4,
+            false,
         );
         assert_eq!((c.grid, c.shared_bytes), ([4, 3, 1], 4 * 64 * 144 + 256 + 64));
         assert_eq!(
-            gemv_seg_config(ElemType::Q4_0, &one(ElemType::Q4_0, 20, 256), 8, 32, 132).grid[0],
+            gemv_seg_config(ElemType::Q4_0, &one(ElemType::Q4_0, 20, 256), 8, 32, 132, false).grid[0],
             3
         );
         let q = Q8Shape::of(srcs[1].unwrap());

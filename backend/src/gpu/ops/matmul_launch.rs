@@ -11,8 +11,9 @@
 //!   with a wave reduction; when the block's q8_1 columns fit ([`gemv_fuses_quantize`]) the
 //!   block quantizes them itself and the node is one launch. `tandem_gemv_<t>_s1` (one column
 //!   of q4_0, iq4_nl, q4_K where [`gemv_seg_fits`]): block 256, grid (`seg_blocks`, batches);
-//!   the waves split the rows into contiguous stretches walked in steps of one 144-byte segment
-//!   per lane (dynamic shared memory: the stages and the block's q8_1 column). Float
+//!   the waves take units of whole rows in turn across the grid, walked in steps of one
+//!   144-byte segment per lane (dynamic shared memory: [`seg_slots`] stages per wave and the
+//!   block's q8_1 column). Float
 //!   weights: block 128, grid (ceil(m / rows), batches), `GEMV_FLOAT_ROWS` rows per block for
 //!   one column (else one), each thread loading several 16-byte vectors of every row at once.
 //! - `tandem_mul_mat_id_<type>`: as the GEMV of its type, grid.y = n_used * n_tokens.
@@ -119,16 +120,15 @@ pub const MAX_SCRATCH: usize = 1 << 30;
 /// Most columns the GEMV kernels take; wider products go to the GEMM.
 pub const GEMV_MAX_COLUMNS: i64 = 8;
 /// Longest column the segment GEMV quantizes into shared memory (it always does): with its
-/// stages (eight waves of 32 lanes x 144 bytes) a block stays within 100 KiB.
+/// stages (eight waves of 32 lanes x two slots x 144 bytes) a block stays within 120 KiB.
 pub const GEMV_SEG_MAX_K: i64 = 32768;
-/// Segment-GEMV blocks per SM/CU. Measured on an H200 with the kernel's first version (µs, one
-/// at a time / back to back): two were faster one at a time but no faster back to back, and
-/// slower for iq4_nl (q4_0 14336 x 4096 16.1 / 12.2 with one, 15.6 / 12.4 with two; iq4_nl 18.1
-/// / 14.3 against 19.5 / 16.1).
-const GEMV_SEG_BLOCKS_PER_UNIT: i64 = 1;
 /// The name `TANDEM_DISABLE_DISPATCH` takes to keep one-column q4_0, iq4_nl and q4_K MUL_MAT off the
 /// segment GEMV (the row-walk GEMV `_c1` runs instead); `hip.gemv` covers it too.
 pub const SEG_SWITCH: &str = "hip.gemv.seg";
+/// The name `TANDEM_DISABLE_DISPATCH` takes to keep the segment GEMV in stretches
+/// (`tandem_gemv_<t>_s1`) where it would run in units ([`seg_in_units`]); [`SEG_SWITCH`] covers
+/// it too.
+pub const SEG_UNITS_SWITCH: &str = "hip.gemv.seg.units";
 
 /// `tandem_mm_shape` of gemv.hip, gemm.hip and mma.hip.
 #[repr(C)]
@@ -924,17 +924,59 @@ pub fn seg_entry(ty: ElemType) -> Option<(&'static str, i64)> {
     }
 }
 
+/// The segment GEMV of `ty` that takes its rows in units across the grid
+/// (`tandem_gemv_<t>_u1`, see [`seg_in_units`]): q4_0 and q4_K. Not iq4_nl: on an H200 (14336 x
+/// 4096) it gained 0.2 µs back to back (13.6 -> 13.4) but lost 1.8 one at a time (17.7 -> 19.5).
+pub fn seg_units_entry(ty: ElemType) -> Option<&'static str> {
+    match ty {
+        ElemType::Q4_0 => Some("tandem_gemv_q4_0_u1"),
+        ElemType::Q4K => Some("tandem_gemv_q4_K_u1"),
+        _ => None,
+    }
+}
+
+/// Segments of a row of `k` weights of `ty` (0 for types without a segment GEMV).
+fn seg_segments(ty: ElemType, k: i64) -> i64 {
+    seg_entry(ty).map_or(0, |(_, bytes)| ty.row_size(k.max(0)).unwrap_or(0) as i64 / bytes)
+}
+
+/// Whether the segment GEMV of rows of `k` weights of `ty` runs in units on a device of compile
+/// target `arch` with `warp_size`-lane waves (`tandem_gemv_<t>_u1`: units of whole rows that
+/// fill a step, taken in turn across the grid, two stage slots filled by cp.async) rather than
+/// in stretches (`tandem_gemv_<t>_s1`: each wave one stretch of rows, one slot refilled from
+/// registers). Units need cp.async ([`seg_slots`]) and rows of S segments with S dividing
+/// `warp_size` (k = 256, 512, .. 8192 with 32 lanes: every lane busy in every step);
+/// [`SEG_UNITS_SWITCH`] turns them off. Measured on an H200 (back to back, µs): q4_0 14336 x
+/// 4096 11.6 -> 11.0 and 3072 x 4096 5.0 -> 4.6 in units, but 4096 x 14336 (a row in two steps,
+/// the second three quarters full) 13.4 -> 13.8, so other rows stay in stretches.
+pub fn seg_in_units(ty: ElemType, k: i64, warp_size: u32, arch: &str) -> bool {
+    seg_units_entry(ty).is_some()
+        && seg_slots(arch) == 2
+        && seg_segments(ty, k) > 0
+        && i64::from(warp_size) % seg_segments(ty, k) == 0
+        && !crate::config::Config::get().is_disabled(SEG_UNITS_SWITCH)
+}
+
 /// Whether weights of `ty` at `base` with shape `s` take the segment GEMV on a device of `units`
 /// SMs/CUs with `warp_size`-lane waves: one column, k a multiple of 256 up to
 /// [`GEMV_SEG_MAX_K`], rows back to back (a wave's rows are one run of segments) and batch bases
-/// 16-byte aligned, and rows enough for every wave of the grid to fill a step with segments
+/// 16-byte aligned, segments enough to fill a step of every wave of one block per SM/CU
 /// (narrower matrices were faster on the row walk, q4_0 1024 x 4096 on an H200 with the
-/// kernel's first version: 4.3 against 4.8 µs back to back).
-pub fn gemv_seg_fits(ty: ElemType, base: DevicePtr, s: &MulMatShape, waves: i64, warp_size: u32, units: u32) -> bool {
-    let Some((_, bytes)) = seg_entry(ty) else {
+/// kernel's first version: 4.3 against 4.8 µs back to back), and a block's shared memory within
+/// what a device of compile target `arch` gives one ([`seg_shared_limit`]).
+pub fn gemv_seg_fits(
+    ty: ElemType,
+    base: DevicePtr,
+    s: &MulMatShape,
+    waves: i64,
+    warp_size: u32,
+    units: u32,
+    arch: &str,
+) -> bool {
+    if seg_entry(ty).is_none() {
         return false;
-    };
-    let segments = ty.row_size(s.k.max(0)).unwrap_or(0) as i64 / bytes;
+    }
+    let in_units = seg_in_units(ty, s.k, warp_size, arch);
     s.n == 1
         && s.k > 0
         && s.k % 256 == 0
@@ -942,26 +984,68 @@ pub fn gemv_seg_fits(ty: ElemType, base: DevicePtr, s: &MulMatShape, waves: i64,
         && ty.row_size(s.k).is_some_and(|r| r as i64 == s.nb01)
         && (base.0 as i64 | s.nb02 | s.nb03) % 16 == 0
         && s.batches() <= MAX_GRID_YZ
-        && s.m * segments >= seg_blocks(s, waves, units) * waves * i64::from(warp_size)
+        && s.m <= i64::from(i32::MAX)
+        && s.m * seg_segments(ty, s.k) >= i64::from(units.max(1)) * waves * i64::from(warp_size)
+        && gemv_seg_config(ty, s, waves, warp_size, units, in_units).shared_bytes <= seg_shared_limit(arch)
 }
 
-/// Blocks of a segment GEMV: about [`GEMV_SEG_BLOCKS_PER_UNIT`] per SM/CU, no more than give
-/// every wave a row.
-fn seg_blocks(s: &MulMatShape, waves: i64, units: u32) -> i64 {
-    (GEMV_SEG_BLOCKS_PER_UNIT * i64::from(units.max(1)))
-        .min((s.m.max(1) + waves - 1) / waves)
+/// Shared memory one segment-GEMV block may take on a device of compile target `arch`: the
+/// opt-in limit of sm_80 and sm_90 (163 KiB and more), of the other NVIDIA sm_8x (99 KiB), and
+/// elsewhere a workgroup's LDS on AMD ([`AMD_BLOCK_LDS`], also within older NVIDIA GPUs' limit).
+pub fn seg_shared_limit(arch: &str) -> u32 {
+    match crate::gpu::api::sm_number(arch) {
+        Some(80 | 90) => 163 * 1024,
+        Some(v) if v >= 80 => 99 * 1024,
+        _ => AMD_BLOCK_LDS,
+    }
+}
+
+/// Stage slots per wave of the segment GEMV in units on a device of compile target `arch`
+/// (`TANDEM_SEG_SLOTS` of gemv.hip): two where cp.async fills one while the lanes dot the other
+/// (NVIDIA sm_80 and newer), else one.
+pub fn seg_slots(arch: &str) -> i64 {
+    if has_mma(arch) {
+        2
+    } else {
+        1
+    }
+}
+
+/// Blocks of a segment GEMV: about one per SM/CU in stretches, two in units (two slots), no more
+/// than give every wave a row (stretches) or a unit (warp_size / S rows of S segments). Measured on an H200 (q4_0 14336 x 4096, µs back to back): in units 11.6 with one
+/// block per SM, 11.0 with two, 12.5 with three (only two fit); in stretches the kernel's first
+/// version was no faster with two than with one and slower for iq4_nl (14.3 against 16.1).
+fn seg_blocks(ty: ElemType, s: &MulMatShape, waves: i64, warp_size: u32, units: u32, in_units: bool) -> i64 {
+    let rows = if in_units {
+        (i64::from(warp_size) / seg_segments(ty, s.k).max(1)).max(1)
+    } else {
+        1
+    };
+    let work = (s.m.max(1) + rows - 1) / rows;
+    let per_unit = if in_units { 2 } else { 1 };
+    (per_unit * i64::from(units.max(1)))
+        .min((work + waves - 1) / waves)
         .max(1)
 }
 
-/// Launch geometry of the segment GEMV of `ty`: `waves` waves of `warp_size` lanes per block,
-/// [`seg_blocks`] of them, one grid row per batch; shared memory for each wave's stage (a segment
-/// per lane) and the quantized column.
-pub fn gemv_seg_config(ty: ElemType, s: &MulMatShape, waves: i64, warp_size: u32, units: u32) -> LaunchConfig {
+/// Launch geometry of the segment GEMV of `ty`, in units or stretches ([`seg_in_units`]):
+/// `waves` waves of `warp_size` lanes per block, [`seg_blocks`] of them, one grid row per batch;
+/// shared memory for each wave's stages (a segment per lane, two slots in units, one in
+/// stretches) and the quantized column.
+pub fn gemv_seg_config(
+    ty: ElemType,
+    s: &MulMatShape,
+    waves: i64,
+    warp_size: u32,
+    units: u32,
+    in_units: bool,
+) -> LaunchConfig {
     let bytes = seg_entry(ty).map_or(0, |(_, b)| b);
-    let shared = waves * i64::from(warp_size) * bytes + gemv_act_bytes(s.k, 1);
+    let slots = if in_units { 2 } else { 1 };
+    let shared = waves * slots * i64::from(warp_size) * bytes + gemv_act_bytes(s.k, 1);
     LaunchConfig {
         grid: [
-            seg_blocks(s, waves, units) as u32,
+            seg_blocks(ty, s, waves, warp_size, units, in_units) as u32,
             s.batches().clamp(1, MAX_GRID_YZ) as u32,
             1,
         ],
@@ -1243,14 +1327,17 @@ pub unsafe fn launch_gemv(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
     let waves = gemv_waves(ctx.info.warp_size);
     let (warp, units) = (ctx.info.warp_size, ctx.info.compute_units);
     if let Some((entry, _)) = seg_entry(w.ty).filter(|_| {
-        gemv_seg_fits(w.ty, dptr(w), &s, waves, warp, units) && !crate::config::Config::get().is_disabled(SEG_SWITCH)
+        gemv_seg_fits(w.ty, dptr(w), &s, waves, warp, units, &ctx.info.arch)
+            && !crate::config::Config::get().is_disabled(SEG_SWITCH)
     }) {
+        let in_units = seg_in_units(w.ty, s.k, warp, &ctx.info.arch);
+        let entry = seg_units_entry(w.ty).filter(|_| in_units).unwrap_or(entry);
         let f = ctx.kernels.function(GEMV_FAMILY, entry)?;
-        let cfg = gemv_seg_config(w.ty, &s, waves, warp, units);
+        let cfg = gemv_seg_config(w.ty, &s, waves, warp, units, in_units);
         let mut args = KernelArgs::new();
         args.push(dptr(w)).push(dptr(src1)).push(dptr(node.dst)).push(s);
-        // SAFETY: (w, src1, dst, tandem_mm_shape); the grid's waves split rows [0, m) of each
-        // batch, whose weights are `m * nb01` contiguous bytes from a 16-byte-aligned base
+        // SAFETY: (w, src1, dst, tandem_mm_shape); the grid's waves take units of rows [0, m) of
+        // each batch, whose weights are `m * nb01` contiguous bytes from a 16-byte-aligned base
         // (`gemv_seg_fits`), read in 16-byte units up to that end; the block quantizes src1's one
         // column into the shared memory counted by the config. Dependent launch as below.
         return unsafe { launch_decode(ctx, &f, cfg, &mut args) };
