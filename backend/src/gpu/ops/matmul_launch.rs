@@ -11,9 +11,10 @@
 //!   with a wave reduction; when the block's q8_1 columns fit ([`gemv_fuses_quantize`]) the
 //!   block quantizes them itself and the node is one launch. `tandem_gemv_<t>_s1` (one column
 //!   of q4_0, iq4_nl, q4_K where [`gemv_seg_fits`]): block 256, grid (`seg_blocks`, batches);
-//!   the waves take units of whole rows in turn across the grid, walked in steps of one
-//!   144-byte segment per lane (dynamic shared memory: [`seg_slots`] stages per wave and the
-//!   block's q8_1 column). Float
+//!   the waves split the rows into contiguous stretches walked in steps of one 144-byte segment
+//!   per lane (dynamic shared memory: the stages and the block's q8_1 column);
+//!   `tandem_gemv_<t>_u1` (q4_0 and q4_K where [`seg_in_units`]) likewise, the waves taking
+//!   units of whole rows in turn across the grid, two stages per wave. Float
 //!   weights: block 128, grid (ceil(m / rows), batches), `GEMV_FLOAT_ROWS` rows per block for
 //!   one column (else one), each thread loading several 16-byte vectors of every row at once.
 //! - `tandem_mul_mat_id_<type>`: as the GEMV of its type, grid.y = n_used * n_tokens.
@@ -120,7 +121,8 @@ pub const MAX_SCRATCH: usize = 1 << 30;
 /// Most columns the GEMV kernels take; wider products go to the GEMM.
 pub const GEMV_MAX_COLUMNS: i64 = 8;
 /// Longest column the segment GEMV quantizes into shared memory (it always does): with its
-/// stages (eight waves of 32 lanes x two slots x 144 bytes) a block stays within 120 KiB.
+/// stages (eight waves of 32 lanes x 144 bytes) a block stays within 100 KiB (in units, k <=
+/// 8192 and two stages a wave: within 83 KiB).
 pub const GEMV_SEG_MAX_K: i64 = 32768;
 /// The name `TANDEM_DISABLE_DISPATCH` takes to keep one-column q4_0, iq4_nl and q4_K MUL_MAT off the
 /// segment GEMV (the row-walk GEMV `_c1` runs instead); `hip.gemv` covers it too.
@@ -1012,9 +1014,10 @@ pub fn seg_slots(arch: &str) -> i64 {
 }
 
 /// Blocks of a segment GEMV: about one per SM/CU in stretches, two in units (two slots), no more
-/// than give every wave a row (stretches) or a unit (warp_size / S rows of S segments). Measured on an H200 (q4_0 14336 x 4096, µs back to back): in units 11.6 with one
-/// block per SM, 11.0 with two, 12.5 with three (only two fit); in stretches the kernel's first
-/// version was no faster with two than with one and slower for iq4_nl (14.3 against 16.1).
+/// than give every wave a row (stretches) or a unit (warp_size / S rows of S segments). Measured
+/// on an H200 (q4_0 14336 x 4096, µs back to back): in units 11.6 with one block per SM, 11.0
+/// with two, 12.5 with three (only two fit); in stretches the kernel's first version was no
+/// faster with two than with one and slower for iq4_nl (14.3 against 16.1).
 fn seg_blocks(ty: ElemType, s: &MulMatShape, waves: i64, warp_size: u32, units: u32, in_units: bool) -> i64 {
     let rows = if in_units {
         (i64::from(warp_size) / seg_segments(ty, s.k).max(1)).max(1)
@@ -1336,10 +1339,11 @@ pub unsafe fn launch_gemv(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
         let cfg = gemv_seg_config(w.ty, &s, waves, warp, units, in_units);
         let mut args = KernelArgs::new();
         args.push(dptr(w)).push(dptr(src1)).push(dptr(node.dst)).push(s);
-        // SAFETY: (w, src1, dst, tandem_mm_shape); the grid's waves take units of rows [0, m) of
-        // each batch, whose weights are `m * nb01` contiguous bytes from a 16-byte-aligned base
-        // (`gemv_seg_fits`), read in 16-byte units up to that end; the block quantizes src1's one
-        // column into the shared memory counted by the config. Dependent launch as below.
+        // SAFETY: (w, src1, dst, tandem_mm_shape); the grid's waves take rows [0, m) of each
+        // batch (stretches or units), whose weights are `m * nb01` contiguous bytes from a
+        // 16-byte-aligned base (`gemv_seg_fits`), read in 16-byte units up to that end; the block
+        // quantizes src1's one column into the shared memory counted by the config. Dependent
+        // launch as below.
         return unsafe { launch_decode(ctx, &f, cfg, &mut args) };
     }
     let names = entries(w.ty).ok_or_else(|| launch_error("gemv", "no kernel for this weight type"))?;
