@@ -463,11 +463,16 @@ TANDEM_DEVICE int tandem_seg_act_at(int u) {
         return u ^ ((u / (2 * G)) & 7);
     }
 }
-// The XOR that segment seg's four pair units take.
+// The XOR that segment seg's G / 2 pair units take (eight consecutive segments, read by the
+// eight lanes of one pass of a 16-byte load, then reach distinct units of the 128-byte rows).
 template <int G>
 TANDEM_DEVICE int tandem_seg_pair_x(int seg) {
-    static_assert(G == 8, "segments of eight groups");
-    return (seg >> 1) & 3;
+    static_assert(G == 8 || G == 4, "segments of eight or four groups");
+    if constexpr (G == 8) {
+        return (seg >> 1) & 3;
+    } else {
+        return (seg >> 2) & 1;
+    }
 }
 template <int G>
 TANDEM_DEVICE int tandem_seg_pair_at(int g) {
@@ -1023,7 +1028,8 @@ TANDEM_DEVICE void tandem_mv_float_rows(const u8* w0, i64 nb01, int nrows, i64 k
 // The one-column GEMV of q4_0, iq4_nl and q4_K over contiguous, 16-byte-aligned rows with k a
 // multiple of 256 (tandem_gemv_<t>_s1; the launcher's gemv_seg_fits). A segment is a run of
 // whole 32-weight groups of a row, a lane's share of one step: eight blocks of q4_0 or iq4_nl,
-// one q4_K superblock (144 bytes, 16-byte aligned). Each wave takes a contiguous stretch of
+// one q4_K superblock (144 bytes, 16-byte aligned); four q8_0 blocks (136 bytes, 8-byte
+// aligned), which only the units below take. Each wave takes a contiguous stretch of
 // rows, so its weights are one run of bytes. It walks them a step (a segment per lane) at a
 // time: the step's consecutive 16-byte loads (the next step's issued as soon as this one's are
 // in shared memory) are stored to the wave's stage, from where each lane reads its own segment
@@ -1131,6 +1137,48 @@ struct tandem_seg_iq4_nl {
     }
 };
 
+// The f16 and the eight words of the 2-byte-aligned 34-byte block j of words w (q8_0): block j
+// starts at byte 34j, 4-byte aligned for even j (its quants are not), 2 bytes past a word for odd
+// j (its quants are aligned).
+template <int N>
+TANDEM_DEVICE float tandem_seg_block34(const u32 (&w)[N], int j, u32 (&q)[8]) {
+    const int b = 17 * (j / 2) + 8 * (j & 1);
+    if ((j & 1) == 0) {
+#pragma unroll
+        for (int t = 0; t < 8; ++t) q[t] = tandem_shr64(w[b + t], w[b + t + 1], 16);
+        return tandem_f16_to_f32((u16)(w[b] & 0xffffu));
+    }
+#pragma unroll
+    for (int t = 0; t < 8; ++t) q[t] = w[b + 1 + t];
+    return tandem_f16_to_f32((u16)(w[b] >> 16));
+}
+
+// q8_0: four blocks (136 bytes, 8-byte aligned), whose quants meet the activations as they are.
+struct tandem_seg_q8_0 {
+    static constexpr int G = 4, BYTES = 136;
+    static __device__ __forceinline__ float dot(const u32 (&w)[BYTES / 4], const uint4* a, const uint4* p, int x,
+                                                int y) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            u32 q[8];
+            const float d = tandem_seg_block34(w, j, q);
+            int lo[4], hi[4];
+            tandem_seg_act(a, 2 * j, x, lo);
+            tandem_seg_act(a, 2 * j + 1, x, hi);
+            const float2 ds = tandem_seg_pair(p, j, y);
+            int s = 0;
+#pragma unroll
+            for (int t = 0; t < 4; ++t) {
+                s = tandem_dp4a((int)q[t], lo[t], s);
+                s = tandem_dp4a((int)q[4 + t], hi[t], s);
+            }
+            acc += d * ds.x * (float)s;
+        }
+        return acc;
+    }
+};
+
 // q4_K: d and dmin in word 0, the twelve scale bytes in words 1..3 (group g < 4: scale byte g,
 // min byte g + 4, six bits each; g >= 4: low four bits from byte g + 4, high two from the top
 // bits of bytes g - 4 and g), quants in words 4..35 (groups 2i and 2i + 1: the low and high
@@ -1170,17 +1218,28 @@ struct tandem_seg_q4_K {
 };
 
 // The words of a lane's segment in its wave's stage, with 16-byte loads (a wave's lanes reach
-// distinct banks: consecutive segments start 144 bytes, nine 16-byte units, apart).
+// distinct banks: consecutive segments start 144 bytes, nine 16-byte units, apart), or 8-byte
+// loads for segments of 8-byte units (q8_0: 136 bytes, 34 words apart, so the sixteen lanes of
+// one pass reach distinct banks).
 template <int BYTES>
 TANDEM_DEVICE void tandem_seg_words(const u8* seg, u32 (&w)[BYTES / 4]) {
-    static_assert(BYTES % 16 == 0, "segments are whole 16-byte units");
+    static_assert(BYTES % 8 == 0, "segments are whole 8-byte units");
+    if constexpr (BYTES % 16 == 0) {
 #pragma unroll
-    for (int t = 0; t < BYTES / 16; ++t) {
-        const uint4 q = ((const uint4*)seg)[t];
-        w[4 * t] = q.x;
-        w[4 * t + 1] = q.y;
-        w[4 * t + 2] = q.z;
-        w[4 * t + 3] = q.w;
+        for (int t = 0; t < BYTES / 16; ++t) {
+            const uint4 q = ((const uint4*)seg)[t];
+            w[4 * t] = q.x;
+            w[4 * t + 1] = q.y;
+            w[4 * t + 2] = q.z;
+            w[4 * t + 3] = q.w;
+        }
+    } else {
+#pragma unroll
+        for (int t = 0; t < BYTES / 8; ++t) {
+            const uint2 q = ((const uint2*)seg)[t];
+            w[2 * t] = q.x;
+            w[2 * t + 1] = q.y;
+        }
     }
 }
 
@@ -1188,7 +1247,7 @@ TANDEM_DEVICE void tandem_seg_words(const u8* seg, u32 (&w)[BYTES / 4]) {
 template <typename T>
 TANDEM_DEVICE void tandem_gemv_seg(const char* w, const char* src1, char* dst, const tandem_mm_shape& s) {
     extern __shared__ __align__(16) u8 tandem_mv_smem[];
-    constexpr int NV = T::BYTES / 16;  // 16-byte loads per lane and step
+    constexpr int NV = (T::BYTES + 15) / 16;  // 16-byte loads per lane and step, at most
     tandem_grid_release();
     const i64 b = blockIdx.y;
     if (b >= s.ne12 * s.ne13) return;
@@ -1287,11 +1346,11 @@ TANDEM_DEVICE void tandem_gemv_seg(const char* w, const char* src1, char* dst, c
 }
 
 // The segment GEMV in units copies its steps with cp.async (NVIDIA sm_80 and newer; seg_slots
-// in matmul_launch.rs): two stage slots per wave, one filling while the lanes dot the other.
+// in matmul_launch.rs) into a ring of stage slots per wave, filling some while the lanes dot
+// another.
 #if defined(TANDEM_NVIDIA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define TANDEM_SEG_ASYNC 1
 #endif
-#define TANDEM_SEG_SLOTS 2
 
 #if defined(TANDEM_SEG_ASYNC)
 // The shared-memory address of p.
@@ -1308,20 +1367,22 @@ TANDEM_DEVICE void tandem_seg_cp16(u32 dst, const uint4* src) {
 #endif
 
 // The segment GEMV of one column in units (tandem_gemv_<t>_u1; a block per grid.x of each batch
-// grid.y). The rows go in units of R = max(1, ws / S) whole rows (S segments each) that
-// P = ceil(S / ws) steps cover, so no row crosses a unit (the launcher takes S dividing ws: one
-// full step a unit). The grid's waves take units gw, gw + (waves of the grid), ... (at any
-// moment the grid reads one compact stretch of the matrix, which streams from memory faster
-// than one stretch per wave); item e = j * ws + lane of step j is segment e % S of the unit's
-// row e / S.
-template <typename T>
+// grid.y). The rows go in units of R = ws / S whole rows of S segments, S dividing the wave
+// (the launcher's seg_in_units), so a unit is one full step and every row's sum is complete
+// within it. The grid's waves take units gw, gw + (waves of the grid), ... (at any moment the
+// grid reads one compact stretch of the matrix, which streams from memory faster than one
+// stretch per wave); lane l of a unit's step holds segment l % S of the unit's row l / S. Each
+// wave copies its steps with cp.async into a ring of SLOTS stage slots, SLOTS - 1 steps ahead
+// of the one its lanes dot (the first SLOTS - 1 before tandem_grid_wait).
+template <typename T, int SLOTS>
 TANDEM_DEVICE void tandem_gemv_segu(const char* w, const char* src1, char* dst, const tandem_mm_shape& s) {
 #if !defined(TANDEM_SEG_ASYNC)
     // Never launched without cp.async (seg_in_units); the stretch walk keeps the entry whole.
     tandem_gemv_seg<T>(w, src1, dst, s);
 #else
+    static_assert(SLOTS >= 2, "one step copied while another is dotted");
     extern __shared__ __align__(16) u8 tandem_mv_smem[];
-    constexpr int NV = T::BYTES / 16;  // 16-byte loads per lane and step
+    constexpr int NV = (T::BYTES + 15) / 16;  // 16-byte loads per lane and step, at most
     tandem_grid_release();
     const i64 b = blockIdx.y;
     if (b >= s.ne12 * s.ne13) return;
@@ -1335,38 +1396,38 @@ TANDEM_DEVICE void tandem_gemv_segu(const char* w, const char* src1, char* dst, 
     const int lane = threadIdx.x % warpSize, ws = warpSize;
     const int wave = threadIdx.x / warpSize, nw = blockDim.x / warpSize;
     const int step16 = ws * T::BYTES / 16;  // 16-byte units of a step
-    uint4* stage = (uint4*)tandem_mv_smem + wave * TANDEM_SEG_SLOTS * step16;
-    const int S = (int)(s.k / (32 * T::G));  // segments per row
-    const int R = S < ws ? (int)((u32)ws / (u32)S) : 1, P = (S + ws - 1) / ws;
+    uint4* stage = (uint4*)tandem_mv_smem + wave * SLOTS * step16;
+    const int S = (int)(s.k / (32 * T::G));  // segments per row, dividing ws
+    const int R = (int)((u32)ws / (u32)S);
     // 32-bit divisions: the launcher keeps m (so the units and waves) below 2^31.
     const u32 nwt = gridDim.x * (u32)nw, gw = blockIdx.x * (u32)nw + (u32)wave;
     const u32 units = ((u32)s.m + (u32)R - 1) / (u32)R;
-    const i64 unit_bytes = (i64)R * S * T::BYTES;
-    // This wave's steps: (unit u, step j) for u = gw, gw + nwt, ... and j < P.
-    const i64 nsteps = gw < units ? (i64)((units - 1 - gw) / nwt + 1) * P : 0;
-    // The 16-byte units of step j of unit u (the last unit may hold fewer rows).
-    const auto step_units = [&](i64 u, int j) -> int {
-        const i64 rows = s.m - u * R < R ? s.m - u * R : R;
-        const i64 left = rows * S * (T::BYTES / 16) - (i64)j * step16;
-        return (int)(left < step16 ? left : step16);
-    };
-    const auto step_src = [&](i64 u, int j) -> const uint4* {
-        return (const uint4*)(wbase + u * unit_bytes + (i64)j * ws * T::BYTES);
-    };
-    // Step 0 into slot 0, step i + 1 into slot (i + 1) % 2 while step i is dotted.
+    const i64 unit_bytes = (i64)ws * T::BYTES;
+    // This wave's steps: units gw, gw + nwt, ...
+    const i64 nsteps = gw < units ? (i64)((units - 1 - gw) / nwt + 1) : 0;
+    // Step i of this wave (unit gw + i nwt) into slot i % SLOTS; the last unit may hold fewer
+    // rows, so fewer 16-byte units.
     const u32 stage_at = tandem_seg_smem(stage);
-    const auto fetch = [&](i64 u, int j, int slot) {
-        const uint4* src = step_src(u, j);
-        const int n16 = step_units(u, j);
-        const u32 at = stage_at + (u32)(slot * step16 * 16);
+    const auto fetch = [&](i64 i) {
+        const i64 u = gw + i * nwt;
+        const uint4* src = (const uint4*)(wbase + u * unit_bytes);
+        const i64 rows = s.m - u * R < R ? s.m - u * R : R;
+        const i64 left = rows * S * T::BYTES / 16;
+        const int n16 = (int)(left < step16 ? left : step16);
+        const u32 at = stage_at + (u32)((int)(i % SLOTS) * step16 * 16);
 #pragma unroll
         for (int t = 0; t < NV; ++t) {
             const int v = lane + t * ws;
             if (v < step16 && v < n16) tandem_seg_cp16(at + (u32)v * 16u, src + v);
         }
-        asm volatile("cp.async.commit_group;" ::: "memory");
     };
-    if (nsteps > 0) fetch(gw, 0, 0);
+    // Every pass commits one group (empty past the last step), so that waiting for all but the
+    // newest SLOTS - 2 groups means this pass's step is in.
+#pragma unroll
+    for (int i = 0; i < SLOTS - 1; ++i) {
+        if (i < nsteps) fetch(i);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
     // Weights only before it (under a dependent launch these loads overlap the kernel ahead).
     // The test, always true, puts the wait in a block of its own: unconditional, ptxas moved the
     // loads below it (NVRTC 13.5).
@@ -1375,27 +1436,23 @@ TANDEM_DEVICE void tandem_gemv_segu(const char* w, const char* src1, char* dst, 
     float xa[TANDEM_MV_QUANT_UNROLL][16];
     tandem_mv_quant_load(xa, act, s.nb10, tandem_mv_quant_vec(act, s.nb10, s.nb11), (int)(s.k / 16),
                          (int)threadIdx.x - lane);
-    i8* sq = (i8*)(tandem_mv_smem + nw * TANDEM_SEG_SLOTS * step16 * 16);
+    i8* sq = (i8*)(tandem_mv_smem + nw * SLOTS * step16 * 16);
     float2* sd = (float2*)(sq + s.k);
     tandem_mv_quantize_block<T::G>(act, s.nb10, s.nb11, s.k, 1, sq, sd, xa);
     __syncthreads();
     char* out = dst + i12 * s.nb2 + i13 * s.nb3;
-    i64 u = gw;
-    int j = 0;
-    float carry = 0.0f;
+    const int rr = lane / S, sg = lane % S;  // the lane's segment sg of the unit's row rr
     for (i64 i = 0; i < nsteps; ++i) {
-        // The step after this one.
-        const i64 nu = j + 1 < P ? u : u + nwt;
-        const int nj = j + 1 < P ? j + 1 : 0;
-        const uint4* here = stage + (i & 1) * step16;
-        asm volatile("cp.async.wait_group 0;" ::: "memory");
+        const i64 u = gw + i * nwt;
+        asm volatile("cp.async.wait_group %0;" ::"n"(SLOTS - 2) : "memory");
         tandem_wave_sync();
-        // The other slot's step was dotted in the last pass, by every lane (the sync above).
-        if (i + 1 < nsteps) fetch(nu, nj, (int)((i + 1) & 1));
+        // The slot of step i + SLOTS - 1 held step i - 1, dotted in the last pass by every lane
+        // (the sync above).
+        if (i + SLOTS - 1 < nsteps) fetch(i + SLOTS - 1);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        const uint4* here = stage + (int)(i % SLOTS) * step16;
         const i64 rows = s.m - u * R < R ? s.m - u * R : R;
-        const int e = j * ws + lane;
-        const int rr = e / S, sg = e % S;
-        const bool valid = e < rows * S;
+        const bool valid = rr < rows;
         float v = 0.0f;
         if (valid) {
             u32 wv[T::BYTES / 4];
@@ -1404,20 +1461,12 @@ TANDEM_DEVICE void tandem_gemv_segu(const char* w, const char* src1, char* dst, 
                        tandem_seg_pair_x<T::G>(sg));
         }
         // Each lane adds the lanes after it in its row (a lane o further on is in the same row
-        // when sg + o < S), so the row's first lane in this step ends up with their sum.
-        for (int o = 1; o < ws; o <<= 1) {
+        // when sg + o < S), so the row's first lane ends up with the row's sum.
+        for (int o = 1; o < S; o <<= 1) {
             const float t = __shfl_down(v, o);
-            if (lane + o < ws && sg + o < S) v += t;
+            if (sg + o < S) v += t;
         }
-        const float total = v + (lane == 0 ? carry : 0.0f);
-        // A row ends in the step that holds its last segment; one that runs on (P > 1: the
-        // unit's one row, from lane 0) carries its sum into the unit's next step.
-        if (valid && (sg == 0 || lane == 0) && lane + (S - 1 - sg) < ws)
-            *(float*)(out + (u * R + rr) * 4) = total;
-        const float head = __shfl(total, 0);
-        carry = j + 1 < P ? head : 0.0f;
-        u = nu;
-        j = nj;
+        if (valid && sg == 0) *(float*)(out + (u * R + rr) * 4) = v;
     }
     asm volatile("cp.async.wait_group 0;" ::: "memory");
 #endif
@@ -1599,7 +1648,7 @@ TANDEM_MV_KERNEL tandem_gemv_bf16_c8(TANDEM_MV_ARGS_F) { tandem_gemv_float<tande
 TANDEM_MV_KERNEL tandem_gemv_q4_0_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_0, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_0_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_0, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_0_s1(TANDEM_MV_ARGS_F) { tandem_gemv_seg<tandem_seg_q4_0>(w, src1, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_q4_0_u1(TANDEM_MV_ARGS_F) { tandem_gemv_segu<tandem_seg_q4_0>(w, src1, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q4_0_u1(TANDEM_MV_ARGS_F) { tandem_gemv_segu<tandem_seg_q4_0, 2>(w, src1, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_1_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_1, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_1_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_1, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q5_0_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_0, 1>(w, src1, aq, ads, dst, s); }
@@ -1608,6 +1657,7 @@ TANDEM_MV_KERNEL tandem_gemv_q5_1_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tande
 TANDEM_MV_KERNEL tandem_gemv_q5_1_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_1, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q8_0_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q8_0, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q8_0_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q8_0, 8>(w, src1, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q8_0_u1(TANDEM_MV_ARGS_F) { tandem_gemv_segu<tandem_seg_q8_0, 3>(w, src1, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q2_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q2_K, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q2_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q2_K, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q3_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q3_K, 1>(w, src1, aq, ads, dst, s); }
@@ -1615,7 +1665,7 @@ TANDEM_MV_KERNEL tandem_gemv_q3_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tande
 TANDEM_MV_KERNEL tandem_gemv_q4_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_K, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_K, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_K_s1(TANDEM_MV_ARGS_F) { tandem_gemv_seg<tandem_seg_q4_K>(w, src1, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_q4_K_u1(TANDEM_MV_ARGS_F) { tandem_gemv_segu<tandem_seg_q4_K>(w, src1, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q4_K_u1(TANDEM_MV_ARGS_F) { tandem_gemv_segu<tandem_seg_q4_K, 2>(w, src1, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q5_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_K, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q5_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_K, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q6_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q6_K, 1>(w, src1, aq, ads, dst, s); }

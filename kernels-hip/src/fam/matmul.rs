@@ -29,6 +29,7 @@ pub(crate) const FAMILIES: &[KernelSource] = &[
             "tandem_gemv_q5_1_c8",
             "tandem_gemv_q8_0_c1",
             "tandem_gemv_q8_0_c8",
+            "tandem_gemv_q8_0_u1",
             "tandem_gemv_q2_K_c1",
             "tandem_gemv_q2_K_c8",
             "tandem_gemv_q3_K_c1",

@@ -178,6 +178,16 @@ pub fn cases(v: &mut Vec<Case>) {
             v.push(mul_mat(ty, 33793, 256, 1, [1, 1], [1, 1]));
             v.push(mul_mat_chain(ty, 4096, 1, 3));
         }
+        // q8_0 takes segments (four blocks) only in units (NVIDIA sm_80+, 2 .. 32 segments a
+        // row): one row a unit with broadcast batches, two, four and sixteen rows a unit with a
+        // last unit of fewer, and a chain.
+        if ty == ElemType::Q8_0 {
+            v.push(mul_mat(ty, 1057, 4096, 1, [2, 1], [2, 1]));
+            v.push(mul_mat(ty, 2113, 2048, 1, [1, 1], [1, 1]));
+            v.push(mul_mat(ty, 4227, 1024, 1, [1, 1], [1, 1]));
+            v.push(mul_mat(ty, 16901, 256, 1, [1, 1], [1, 1]));
+            v.push(mul_mat_chain(ty, 4096, 1, 3));
+        }
         // One column of more than 8192 values: the GEMV reads a q8_1 copy made by a launch of
         // its own (rows 16-byte aligned for every type, so on NVIDIA the async walk reads it).
         v.push(mul_mat(ty, 67, 10240, 1, [1, 1], [1, 1]));

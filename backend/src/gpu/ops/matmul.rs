@@ -211,11 +211,12 @@ mod tests {
         convert_config, entries, gemm_config, gemv_act_bytes, gemv_config, gemv_fuses_quantize, gemv_seg_config,
         gemv_seg_fits, gemv_shared_bytes, gemv_stages, gemv_waves, half_weights, has_mma, has_wgmma, mma_config,
         mma_entry, mma_tile, mmid_grouped_bytes, mmid_mma_config, mmid_mma_entry, mmid_wmma_entry, mmq_shared_bytes,
-        mmv_config, mmv_entry, mmv_fits, mmv_shared_bytes, quantize_config, rows_per_wave, seg_entry, seg_in_units,
-        seg_slots, seg_units_entry, split_sum_config, wgmma_config, wgmma_entry, wgmma_f16_config, wgmma_fits,
-        wgmma_shared_bytes, wgmma_takes, wgmmq_config, wgmmq_entry, wgmmq_fits, wgmmq_shared_bytes,
-        wgmmq_tensor_offsets, wmma_entry, wmma_native_layout, MmSplit, AMD_BLOCK_LDS, GEMM_FAMILY, GEMV_FAMILY,
-        GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES, MMA_COPY_VALUES, QUANTIZE_VALUES, WGMMQ_MAX_ROW_BYTES, WMMA_FAMILY,
+        mmv_config, mmv_entry, mmv_fits, mmv_shared_bytes, quantize_config, rows_per_wave, seg_bytes, seg_entry,
+        seg_in_units, seg_slots, seg_sm_shared, seg_unit_slots, seg_units_entry, split_sum_config, wgmma_config,
+        wgmma_entry, wgmma_f16_config, wgmma_fits, wgmma_shared_bytes, wgmma_takes, wgmmq_config, wgmmq_entry,
+        wgmmq_fits, wgmmq_shared_bytes, wgmmq_tensor_offsets, wmma_entry, wmma_native_layout, MmSplit, AMD_BLOCK_LDS,
+        GEMM_FAMILY, GEMV_FAMILY, GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES, MMA_COPY_VALUES, QUANTIZE_VALUES,
+        WGMMQ_MAX_ROW_BYTES, WMMA_FAMILY,
     };
     use super::*;
     use crate::gpu::api::DevicePtr;
@@ -393,9 +394,9 @@ mod tests {
         };
         let fits = |ty, s: &MulMatShape| gemv_seg_fits(ty, DevicePtr(0x1000), s, 8, 32, 132, "sm_90");
         for ty in [ElemType::Q4_0, ElemType::IQ4NL, ElemType::Q4K] {
-            let (name, bytes) = seg_entry(ty).unwrap();
+            let name = seg_entry(ty).unwrap();
             let gemv_src = tandem_kernels_hip::find(GEMV_FAMILY).unwrap();
-            assert!(gemv_src.entries.contains(&name) && name.contains(ty.name()) && bytes == 144);
+            assert!(gemv_src.entries.contains(&name) && name.contains(ty.name()) && seg_bytes(ty) == Some(144));
             assert!(
                 fits(ty, &one(ty, 14336, 4096)) && fits(ty, &one(ty, 4096, 14336)),
                 "{ty}"
@@ -443,7 +444,53 @@ mod tests {
             .filter(|t| !matches!(t, ElemType::Q4_0 | ElemType::IQ4NL | ElemType::Q4K))
         {
             assert!(seg_entry(ty).is_none(), "{ty}");
+            assert_eq!(seg_bytes(ty).is_some(), ty == ElemType::Q8_0, "{ty}");
         }
+        // q8_0: segments of four blocks, in units only (no stretches): rows of 2 .. 32 segments
+        // (k = 256 .. 4096) on NVIDIA sm_80+; wider rows, or devices without cp.async, stay on
+        // the row walk.
+        let q8 = ElemType::Q8_0;
+        assert_eq!(seg_bytes(q8), Some(136));
+        assert!(fits(q8, &one(q8, 14336, 4096)) && fits(q8, &one(q8, 16896, 256)));
+        assert!(!fits(q8, &one(q8, 4096, 14336)) && !fits(q8, &one(q8, 14336, 8192)));
+        assert!(!fits(q8, &one(q8, 14336, 4096 + 128)));
+        assert!(!gemv_seg_fits(
+            q8,
+            DevicePtr(0x1000),
+            &one(q8, 14336, 4096),
+            8,
+            32,
+            132,
+            "sm_75"
+        ));
+        assert!(!gemv_seg_fits(
+            q8,
+            DevicePtr(0x1000),
+            &one(q8, 14336, 4096),
+            4,
+            64,
+            96,
+            "gfx1100"
+        ));
+        // 1056 rows of 32 segments fill the 1056 waves' steps; 1055 do not.
+        assert!(fits(q8, &one(q8, 1056, 4096)) && !fits(q8, &one(q8, 1055, 4096)));
+        assert!(!gemv_seg_fits(
+            q8,
+            DevicePtr(0x1008),
+            &one(q8, 14336, 4096),
+            8,
+            32,
+            132,
+            "sm_90"
+        ));
+        // Three slots a wave.
+        let c = gemv_seg_config(q8, &one(q8, 14336, 4096), 8, 32, 132, true);
+        assert_eq!((c.grid, c.shared_bytes), ([264, 1, 1], 8 * 3 * 32 * 136 + 4096 + 1024));
+        assert_eq!((seg_unit_slots(q8), seg_unit_slots(ElemType::Q4_0)), (3, 2));
+        assert_eq!(
+            (seg_sm_shared("sm_90"), seg_sm_shared("sm_80"), seg_sm_shared("sm_86")),
+            (228 * 1024, 164 * 1024, 100 * 1024)
+        );
         // Two slots where cp.async is (NVIDIA sm_80+), else one; units there for rows whose
         // segments divide a wave.
         assert_eq!(
@@ -455,17 +502,23 @@ mod tests {
             ),
             (2, 2, 1, 1)
         );
-        for ty in [ElemType::Q4_0, ElemType::Q4K] {
+        for ty in [ElemType::Q4_0, ElemType::Q4K, ElemType::Q8_0] {
             let name = seg_units_entry(ty).unwrap();
             assert!(tandem_kernels_hip::find(GEMV_FAMILY).unwrap().entries.contains(&name) && name.ends_with("_u1"));
-            assert!(seg_in_units(ty, 8192, 32, "sm_90") && seg_in_units(ty, 4096, 32, "sm_90"));
-            // 33, 18 and 12 segments a row: not a divisor of 32.
+            assert!(seg_in_units(ty, 2048, 32, "sm_90") && seg_in_units(ty, 4096, 32, "sm_90"));
+            // q4_0, q4_K: 33, 18 and 12 segments a row; q8_0: 66, 36 and 24 (and 64 at 8192):
+            // not a divisor of 32.
             assert!(!seg_in_units(ty, 8448, 32, "sm_90") && !seg_in_units(ty, 4608, 32, "sm_90"));
             assert!(!seg_in_units(ty, 3072, 32, "sm_90"));
-            assert!(seg_in_units(ty, 256, 32, "sm_86") && !seg_in_units(ty, 4096, 64, "gfx942"));
+            assert_eq!(seg_in_units(ty, 8192, 32, "sm_90"), ty != ElemType::Q8_0);
+            assert!(!seg_in_units(ty, 4096, 64, "gfx942"));
+            // Two blocks must fit an SM: 2 x (74 KiB + 1 KiB) q4_0 / q4_K, 2 x (108 + 1) q8_0
+            // (three slots), against sm_90's 228 KiB, sm_80's 164 and sm_86's 100.
+            assert_eq!(seg_in_units(ty, 4096, 32, "sm_80"), ty != ElemType::Q8_0);
+            assert!(!seg_in_units(ty, 256, 32, "sm_86") && !seg_in_units(ty, 256, 32, "sm_89"));
             assert!(!seg_in_units(ty, 4096, 32, "sm_75"));
         }
-        for ty in [ElemType::Q8_0, ElemType::IQ4NL] {
+        for ty in [ElemType::Q6K, ElemType::IQ4NL] {
             assert!(
                 seg_units_entry(ty).is_none() && !seg_in_units(ty, 4096, 32, "sm_90"),
                 "{ty}"

@@ -13,8 +13,8 @@
 //!   of q4_0, iq4_nl, q4_K where [`gemv_seg_fits`]): block 256, grid (`seg_blocks`, batches);
 //!   the waves split the rows into contiguous stretches walked in steps of one 144-byte segment
 //!   per lane (dynamic shared memory: the stages and the block's q8_1 column);
-//!   `tandem_gemv_<t>_u1` (q4_0 and q4_K where [`seg_in_units`]) likewise, the waves taking
-//!   units of whole rows in turn across the grid, two stages per wave. Float
+//!   `tandem_gemv_<t>_u1` (q4_0, q4_K and q8_0 where [`seg_in_units`]) likewise, the waves
+//!   taking units of whole rows in turn across the grid, two stages per wave. Float
 //!   weights: block 128, grid (ceil(m / rows), batches), `GEMV_FLOAT_ROWS` rows per block for
 //!   one column (else one), each thread loading several 16-byte vectors of every row at once.
 //! - `tandem_mul_mat_id_<type>`: as the GEMV of its type, grid.y = n_used * n_tokens.
@@ -122,14 +122,15 @@ pub const MAX_SCRATCH: usize = 1 << 30;
 pub const GEMV_MAX_COLUMNS: i64 = 8;
 /// Longest column the segment GEMV quantizes into shared memory (it always does): with its
 /// stages (eight waves of 32 lanes x 144 bytes) a block stays within 100 KiB (in units, k <=
-/// 8192 and two stages a wave: within 83 KiB).
+/// 8192 and two stages a wave of 144-byte segments, or k <= 4096 and three of 136 bytes:
+/// within 108 KiB).
 pub const GEMV_SEG_MAX_K: i64 = 32768;
-/// The name `TANDEM_DISABLE_DISPATCH` takes to keep one-column q4_0, iq4_nl and q4_K MUL_MAT off the
-/// segment GEMV (the row-walk GEMV `_c1` runs instead); `hip.gemv` covers it too.
+/// The name `TANDEM_DISABLE_DISPATCH` takes to keep one-column q4_0, iq4_nl, q4_K and q8_0 MUL_MAT
+/// off the segment GEMV (the row-walk GEMV `_c1` runs instead); `hip.gemv` covers it too.
 pub const SEG_SWITCH: &str = "hip.gemv.seg";
 /// The name `TANDEM_DISABLE_DISPATCH` takes to keep the segment GEMV in stretches
-/// (`tandem_gemv_<t>_s1`) where it would run in units ([`seg_in_units`]); [`SEG_SWITCH`] covers
-/// it too.
+/// (`tandem_gemv_<t>_s1`) where it would run in units ([`seg_in_units`]; q8_0, which has no
+/// stretches, goes back to the row walk); [`SEG_SWITCH`] covers it too.
 pub const SEG_UNITS_SWITCH: &str = "hip.gemv.seg.units";
 
 /// `tandem_mm_shape` of gemv.hip, gemm.hip and mma.hip.
@@ -912,55 +913,95 @@ pub fn quantize_config(q: &Q8Shape) -> LaunchConfig {
     convert_config(q, QUANTIZE_VALUES)
 }
 
-/// The segment GEMV of `ty` (`tandem_gemv_<t>_s1`) and its segment's bytes (`T::BYTES` of
-/// gemv.hip): whole 32-weight groups that a lane reads as one piece, eight q4_0 or iq4_nl blocks
-/// or one q4_K superblock (144 bytes). Not q8_0: with four of its blocks (136 bytes) a lane, the
-/// kernel's first version was slower than the row walk on an H200 (14336 x 4096: 19.6 against
-/// 18.3 µs back to back).
-pub fn seg_entry(ty: ElemType) -> Option<(&'static str, i64)> {
+/// Bytes of a segment of the segment GEMV of `ty` (`T::BYTES` of gemv.hip), if it has one: whole
+/// 32-weight groups that a lane reads as one piece, eight q4_0 or iq4_nl blocks or one q4_K
+/// superblock (144 bytes), four q8_0 blocks (136 bytes).
+pub fn seg_bytes(ty: ElemType) -> Option<i64> {
     match ty {
-        ElemType::Q4_0 => Some(("tandem_gemv_q4_0_s1", 144)),
-        ElemType::IQ4NL => Some(("tandem_gemv_iq4_nl_s1", 144)),
-        ElemType::Q4K => Some(("tandem_gemv_q4_K_s1", 144)),
+        ElemType::Q4_0 | ElemType::IQ4NL | ElemType::Q4K => Some(144),
+        ElemType::Q8_0 => Some(136),
+        _ => None,
+    }
+}
+
+/// The segment GEMV of `ty` in stretches (`tandem_gemv_<t>_s1`): q4_0, iq4_nl and q4_K. Not
+/// q8_0: in stretches, the kernel's first version was slower than the row walk on an H200
+/// (14336 x 4096: 19.6 against 18.3 µs back to back), so q8_0 takes segments only in units.
+pub fn seg_entry(ty: ElemType) -> Option<&'static str> {
+    match ty {
+        ElemType::Q4_0 => Some("tandem_gemv_q4_0_s1"),
+        ElemType::IQ4NL => Some("tandem_gemv_iq4_nl_s1"),
+        ElemType::Q4K => Some("tandem_gemv_q4_K_s1"),
         _ => None,
     }
 }
 
 /// The segment GEMV of `ty` that takes its rows in units across the grid
-/// (`tandem_gemv_<t>_u1`, see [`seg_in_units`]): q4_0 and q4_K. Not iq4_nl: on an H200 (14336 x
-/// 4096) it gained 0.2 µs back to back (13.6 -> 13.4) but lost 1.8 one at a time (17.7 -> 19.5).
+/// (`tandem_gemv_<t>_u1`, see [`seg_in_units`]): q4_0, q4_K and q8_0. Not iq4_nl: on an H200
+/// (14336 x 4096) it gained 0.2 µs back to back (13.6 -> 13.4) but lost 1.8 one at a time
+/// (17.7 -> 19.5).
 pub fn seg_units_entry(ty: ElemType) -> Option<&'static str> {
     match ty {
         ElemType::Q4_0 => Some("tandem_gemv_q4_0_u1"),
         ElemType::Q4K => Some("tandem_gemv_q4_K_u1"),
+        ElemType::Q8_0 => Some("tandem_gemv_q8_0_u1"),
         _ => None,
     }
 }
 
 /// Segments of a row of `k` weights of `ty` (0 for types without a segment GEMV).
 fn seg_segments(ty: ElemType, k: i64) -> i64 {
-    seg_entry(ty).map_or(0, |(_, bytes)| ty.row_size(k.max(0)).unwrap_or(0) as i64 / bytes)
+    seg_bytes(ty).map_or(0, |bytes| ty.row_size(k.max(0)).unwrap_or(0) as i64 / bytes)
 }
 
 /// Whether the segment GEMV of rows of `k` weights of `ty` runs in units on a device of compile
 /// target `arch` with `warp_size`-lane waves (`tandem_gemv_<t>_u1`: units of whole rows that
-/// fill a step, taken in turn across the grid, two stage slots filled by cp.async) rather than
-/// in stretches (`tandem_gemv_<t>_s1`: each wave one stretch of rows, one slot refilled from
-/// registers). Units need cp.async ([`seg_slots`]) and rows of S segments with S dividing
-/// `warp_size` (k = 256, 512, .. 8192 with 32 lanes: every lane busy in every step);
-/// [`SEG_UNITS_SWITCH`] turns them off. Measured on an H200 (back to back, µs): q4_0 14336 x
-/// 4096 11.6 -> 11.0 and 3072 x 4096 5.0 -> 4.6 in units, but 4096 x 14336 (a row in two steps,
-/// the second three quarters full) 13.4 -> 13.8, so other rows stay in stretches.
+/// fill a step, taken in turn across the grid, a ring of stage slots filled by cp.async) rather
+/// than in stretches (`tandem_gemv_<t>_s1`: each wave one stretch of rows, one slot refilled
+/// from registers; q8_0 has none and takes the row walk). Units need cp.async ([`seg_slots`]),
+/// rows of S segments with S dividing `warp_size` (q4_0, q4_K: k = 256, 512, .. 8192 with 32
+/// lanes; q8_0: k = 256 .. 4096; every lane busy in every step), and two blocks' shared memory
+/// within an SM's ([`seg_sm_shared`]); [`SEG_UNITS_SWITCH`] turns them off. Measured on an H200
+/// (back to back, µs): q4_0 14336 x 4096 11.6 -> 11.0 and 3072 x 4096 5.0 -> 4.6 in units, but
+/// 4096 x 14336 (a row in two steps, the second three quarters full) 13.4 -> 13.8, so other
+/// rows stay in stretches.
 pub fn seg_in_units(ty: ElemType, k: i64, warp_size: u32, arch: &str) -> bool {
     seg_units_entry(ty).is_some()
         && seg_slots(arch) == 2
         && seg_segments(ty, k) > 0
         && i64::from(warp_size) % seg_segments(ty, k) == 0
+        && 2 * (seg_block_shared(ty, k, gemv_waves(warp_size), warp_size, true) + SEG_BLOCK_RESERVED)
+            <= seg_sm_shared(arch)
         && !crate::config::Config::get().is_disabled(SEG_UNITS_SWITCH)
 }
 
+/// Shared memory the driver keeps beside each block's own (NVIDIA: 1 KiB).
+const SEG_BLOCK_RESERVED: i64 = 1024;
+
+/// Shared memory of one SM on a device of compile target `arch`, for the two blocks per SM of
+/// the segment GEMV in units: sm_90 and sm_100 228 KiB, sm_80 and sm_87 164 KiB, other NVIDIA
+/// sm_8x+ 100 KiB, elsewhere a workgroup's LDS on AMD ([`AMD_BLOCK_LDS`]).
+pub fn seg_sm_shared(arch: &str) -> i64 {
+    match crate::gpu::api::sm_number(arch) {
+        Some(90 | 100 | 103) => 228 * 1024,
+        Some(80 | 87) => 164 * 1024,
+        Some(v) if v >= 80 => 100 * 1024,
+        _ => i64::from(AMD_BLOCK_LDS),
+    }
+}
+
+/// Dynamic shared memory of a segment-GEMV block of `waves` waves of `warp_size` lanes for rows
+/// of `k` weights of `ty`: each wave's stage slots (a segment per lane; [`seg_unit_slots`] in
+/// units, one in stretches), then the block's q8_1 column.
+fn seg_block_shared(ty: ElemType, k: i64, waves: i64, warp_size: u32, in_units: bool) -> i64 {
+    let bytes = seg_bytes(ty).unwrap_or(0);
+    let slots = if in_units { seg_unit_slots(ty) } else { 1 };
+    waves * slots * i64::from(warp_size) * bytes + gemv_act_bytes(k, 1)
+}
+
 /// Whether weights of `ty` at `base` with shape `s` take the segment GEMV on a device of `units`
-/// SMs/CUs with `warp_size`-lane waves: one column, k a multiple of 256 up to
+/// SMs/CUs with `warp_size`-lane waves: in units ([`seg_in_units`]) or, for types that have
+/// them ([`seg_entry`]), in stretches; one column, k a multiple of 256 up to
 /// [`GEMV_SEG_MAX_K`], rows back to back (a wave's rows are one run of segments) and batch bases
 /// 16-byte aligned, segments enough to fill a step of every wave of one block per SM/CU
 /// (narrower matrices were faster on the row walk, q4_0 1024 x 4096 on an H200 with the
@@ -975,10 +1016,10 @@ pub fn gemv_seg_fits(
     units: u32,
     arch: &str,
 ) -> bool {
-    if seg_entry(ty).is_none() {
+    let in_units = seg_in_units(ty, s.k, warp_size, arch);
+    if seg_bytes(ty).is_none() || !(in_units || seg_entry(ty).is_some()) {
         return false;
     }
-    let in_units = seg_in_units(ty, s.k, warp_size, arch);
     s.n == 1
         && s.k > 0
         && s.k % 256 == 0
@@ -1002,14 +1043,27 @@ pub fn seg_shared_limit(arch: &str) -> u32 {
     }
 }
 
-/// Stage slots per wave of the segment GEMV in units on a device of compile target `arch`
-/// (`TANDEM_SEG_SLOTS` of gemv.hip): two where cp.async fills one while the lanes dot the other
-/// (NVIDIA sm_80 and newer), else one.
+/// Stage slots per wave a device of compile target `arch` can ring: two or more where cp.async
+/// fills some while the lanes dot another (NVIDIA sm_80 and newer; reported as two, the fewest a
+/// ring takes, [`seg_unit_slots`] the number per type), else one.
 pub fn seg_slots(arch: &str) -> i64 {
     if has_mma(arch) {
         2
     } else {
         1
+    }
+}
+
+/// Stage slots per wave of the segment GEMV of `ty` in units (`SLOTS` of gemv.hip's
+/// `tandem_gemv_segu`): q8_0 three, two steps in flight while one is dotted (on an H200, 14336 x
+/// 4096 back to back: 17.3 µs, against 21.5 with two slots and 18.4 on the row walk); q4_0 and
+/// q4_K two (with three, in blocks of six waves so that two fit an SM: 10.7 against 10.8 µs at
+/// 14336 x 4096, but 5.4 against 4.8 at 3072 x 4096 and 6.5 against 5.7 at 4096 x 4096).
+pub fn seg_unit_slots(ty: ElemType) -> i64 {
+    if ty == ElemType::Q8_0 {
+        3
+    } else {
+        2
     }
 }
 
@@ -1043,9 +1097,7 @@ pub fn gemv_seg_config(
     units: u32,
     in_units: bool,
 ) -> LaunchConfig {
-    let bytes = seg_entry(ty).map_or(0, |(_, b)| b);
-    let slots = if in_units { 2 } else { 1 };
-    let shared = waves * slots * i64::from(warp_size) * bytes + gemv_act_bytes(s.k, 1);
+    let shared = seg_block_shared(ty, s.k, waves, warp_size, in_units);
     LaunchConfig {
         grid: [
             seg_blocks(ty, s, waves, warp_size, units, in_units) as u32,
@@ -1329,12 +1381,16 @@ pub unsafe fn launch_gemv(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
     }
     let waves = gemv_waves(ctx.info.warp_size);
     let (warp, units) = (ctx.info.warp_size, ctx.info.compute_units);
-    if let Some((entry, _)) = seg_entry(w.ty).filter(|_| {
-        gemv_seg_fits(w.ty, dptr(w), &s, waves, warp, units, &ctx.info.arch)
-            && !crate::config::Config::get().is_disabled(SEG_SWITCH)
-    }) {
-        let in_units = seg_in_units(w.ty, s.k, warp, &ctx.info.arch);
-        let entry = seg_units_entry(w.ty).filter(|_| in_units).unwrap_or(entry);
+    let seg = gemv_seg_fits(w.ty, dptr(w), &s, waves, warp, units, &ctx.info.arch)
+        && !crate::config::Config::get().is_disabled(SEG_SWITCH);
+    let in_units = seg && seg_in_units(w.ty, s.k, warp, &ctx.info.arch);
+    if let Some(entry) = if in_units {
+        seg_units_entry(w.ty)
+    } else {
+        seg_entry(w.ty)
+    }
+    .filter(|_| seg)
+    {
         let f = ctx.kernels.function(GEMV_FAMILY, entry)?;
         let cfg = gemv_seg_config(w.ty, &s, waves, warp, units, in_units);
         let mut args = KernelArgs::new();
