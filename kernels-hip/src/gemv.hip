@@ -1029,11 +1029,12 @@ TANDEM_DEVICE void tandem_mv_float_rows(const u8* w0, i64 nb01, int nrows, i64 k
 // multiple of 256 (tandem_gemv_<t>_s1; the launcher's gemv_seg_fits). A segment is a run of
 // whole 32-weight groups of a row, a lane's share of one step: eight blocks of q4_0 or iq4_nl,
 // one q4_K superblock (144 bytes, 16-byte aligned); four q8_0 blocks (136 bytes, 8-byte
-// aligned), which only the units below take. Each wave takes a contiguous stretch of
-// rows, so its weights are one run of bytes. It walks them a step (a segment per lane) at a
-// time: the step's consecutive 16-byte loads (the next step's issued as soon as this one's are
-// in shared memory) are stored to the wave's stage, from where each lane reads its own segment
-// whole, its blocks at offsets the compiler knows (no shifts by run-time amounts).
+// aligned) or one q6_K superblock (210 bytes, 2-byte aligned), which only the units below take.
+// Each wave takes a contiguous stretch of rows, so its weights are one run of bytes. It walks
+// them a step (a segment per lane) at a time: the step's consecutive 16-byte loads (the next
+// step's issued as soon as this one's are in shared memory) are stored to the wave's stage, from
+// where each lane reads its own segment whole, its blocks at offsets the compiler knows (no
+// shifts by run-time amounts).
 // The lanes' sums are added per row across the wave (rows end anywhere in a step), a row that
 // runs on into the next step carrying its sum there. The block quantizes its column into shared
 // memory first, laid out as tandem_seg_act_at says.
@@ -1179,6 +1180,45 @@ struct tandem_seg_q8_0 {
     }
 };
 
+// q6_K: one superblock (210 bytes, 2-byte aligned): the low nibbles in words 0..31 (group g =
+// 4n + j: words 16n + 8 (j & 1) .., nibble j / 2), the high two bits in words 32..47 (words
+// 32 + 8n .., bits 2j), the sixteen int8 scales (one per 16 values) in words 48..51, d in the
+// low half of word 52. The 6-bit values q meet the activations as they are; each 16 values'
+// (q - 32) a is their sum less 32 times the activations' sum.
+struct tandem_seg_q6_K {
+    static constexpr int G = 8, BYTES = 210;
+    static __device__ __forceinline__ float dot(const u32 (&w)[(BYTES + 3) / 4], const uint4* a, const uint4* p,
+                                                int x, int y) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int g = 0; g < 8; ++g) {
+            const int n = g >> 2, j = g & 3;
+            const int lw = 16 * n + 8 * (j & 1), hw = 32 + 8 * n, ls = 4 * (j >> 1), hs = 2 * j;
+            int lo[4], hi[4];
+            tandem_seg_act(a, 2 * g, x, lo);
+            tandem_seg_act(a, 2 * g + 1, x, hi);
+            int sum = 0;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                int sq = 0, sa = 0;
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const u32 l = (w[lw + 4 * h + i] >> ls) & 0x0F0F0F0Fu;
+                    const u32 u = (w[hw + 4 * h + i] >> hs) & 0x03030303u;
+                    const int av = h ? hi[i] : lo[i];
+                    sq = tandem_dp4a((int)(l | (u << 4)), av, sq);
+                    sa = tandem_bsum4(av, sa);
+                }
+                const int e = 2 * g + h;
+                const int sc = (int)(i8)((w[48 + e / 4] >> (8 * (e % 4))) & 0xffu);
+                sum += sc * (sq - 32 * sa);
+            }
+            acc += tandem_seg_pair(p, g, y).x * (float)sum;
+        }
+        return tandem_f16_to_f32((u16)(w[52] & 0xffffu)) * acc;
+    }
+};
+
 // q4_K: d and dmin in word 0, the twelve scale bytes in words 1..3 (group g < 4: scale byte g,
 // min byte g + 4, six bits each; g >= 4: low four bits from byte g + 4, high two from the top
 // bits of bytes g - 4 and g), quants in words 4..35 (groups 2i and 2i + 1: the low and high
@@ -1220,11 +1260,21 @@ struct tandem_seg_q4_K {
 // The words of a lane's segment in its wave's stage, with 16-byte loads (a wave's lanes reach
 // distinct banks: consecutive segments start 144 bytes, nine 16-byte units, apart), or 8-byte
 // loads for segments of 8-byte units (q8_0: 136 bytes, 34 words apart, so the sixteen lanes of
-// one pass reach distinct banks).
+// one pass reach distinct banks), or for 2-byte-aligned segments (q6_K: 210 bytes) the aligned
+// words that cover it, shifted into place (no load past the segment's last word).
 template <int BYTES>
-TANDEM_DEVICE void tandem_seg_words(const u8* seg, u32 (&w)[BYTES / 4]) {
-    static_assert(BYTES % 8 == 0, "segments are whole 8-byte units");
-    if constexpr (BYTES % 16 == 0) {
+TANDEM_DEVICE void tandem_seg_words(const u8* seg, u32 (&w)[(BYTES + 3) / 4]) {
+    static_assert(BYTES % 8 == 0 || BYTES % 4 == 2, "segments of 8-byte units, or 2-byte aligned");
+    if constexpr (BYTES % 4 == 2) {
+        constexpr int N = (BYTES + 3) / 4;
+        const u32* at = (const u32*)((u64)seg & ~(u64)3);
+        const int sh = (int)((u64)seg & 3) * 8;
+        u32 r[N];
+#pragma unroll
+        for (int t = 0; t < N; ++t) r[t] = at[t];
+#pragma unroll
+        for (int t = 0; t < N; ++t) w[t] = tandem_shr64(r[t], t + 1 < N ? r[t + 1] : 0u, sh);
+    } else if constexpr (BYTES % 16 == 0) {
 #pragma unroll
         for (int t = 0; t < BYTES / 16; ++t) {
             const uint4 q = ((const uint4*)seg)[t];
@@ -1316,7 +1366,7 @@ TANDEM_DEVICE void tandem_gemv_seg(const char* w, const char* src1, char* dst, c
         const bool valid = base + lane < items;
         float v = 0.0f;
         if (valid) {
-            u32 wv[T::BYTES / 4];
+            u32 wv[(T::BYTES + 3) / 4];
             tandem_seg_words<T::BYTES>((const u8*)stage + lane * T::BYTES, wv);
             v = T::dot(wv, (const uint4*)sq + 2 * T::G * sg, (const uint4*)sd + T::G / 2 * sg, sg & 7,
                        tandem_seg_pair_x<T::G>(sg));
@@ -1455,7 +1505,7 @@ TANDEM_DEVICE void tandem_gemv_segu(const char* w, const char* src1, char* dst, 
         const bool valid = rr < rows;
         float v = 0.0f;
         if (valid) {
-            u32 wv[T::BYTES / 4];
+            u32 wv[(T::BYTES + 3) / 4];
             tandem_seg_words<T::BYTES>((const u8*)here + lane * T::BYTES, wv);
             v = T::dot(wv, (const uint4*)sq + 2 * T::G * sg, (const uint4*)sd + T::G / 2 * sg, sg & 7,
                        tandem_seg_pair_x<T::G>(sg));
@@ -1670,6 +1720,7 @@ TANDEM_MV_KERNEL tandem_gemv_q5_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tande
 TANDEM_MV_KERNEL tandem_gemv_q5_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_K, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q6_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q6_K, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q6_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q6_K, 8>(w, src1, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q6_K_u1(TANDEM_MV_ARGS_F) { tandem_gemv_segu<tandem_seg_q6_K, 2>(w, src1, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_iq4_nl_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_iq4_nl, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_iq4_nl_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_iq4_nl, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_iq4_nl_s1(TANDEM_MV_ARGS_F) { tandem_gemv_seg<tandem_seg_iq4_nl>(w, src1, dst, s); }

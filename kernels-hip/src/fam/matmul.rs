@@ -42,6 +42,7 @@ pub(crate) const FAMILIES: &[KernelSource] = &[
             "tandem_gemv_q5_K_c8",
             "tandem_gemv_q6_K_c1",
             "tandem_gemv_q6_K_c8",
+            "tandem_gemv_q6_K_u1",
             "tandem_gemv_iq4_nl_c1",
             "tandem_gemv_iq4_nl_c8",
             "tandem_gemv_iq4_nl_s1",

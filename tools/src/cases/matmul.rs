@@ -188,6 +188,13 @@ pub fn cases(v: &mut Vec<Case>) {
             v.push(mul_mat(ty, 16901, 256, 1, [1, 1], [1, 1]));
             v.push(mul_mat_chain(ty, 4096, 1, 3));
         }
+        // q6_K likewise (one superblock a lane, 2-byte aligned in the stage): rows of 16 and 8
+        // segments (two and four rows a unit, a shorter last unit) and a chain.
+        if ty == ElemType::Q6K {
+            v.push(mul_mat(ty, 2113, 4096, 1, [2, 1], [2, 1]));
+            v.push(mul_mat(ty, 4227, 2048, 1, [1, 1], [1, 1]));
+            v.push(mul_mat_chain(ty, 4096, 1, 3));
+        }
         // One column of more than 8192 values: the GEMV reads a q8_1 copy made by a launch of
         // its own (rows 16-byte aligned for every type, so on NVIDIA the async walk reads it).
         v.push(mul_mat(ty, 67, 10240, 1, [1, 1], [1, 1]));

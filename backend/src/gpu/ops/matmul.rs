@@ -444,7 +444,11 @@ mod tests {
             .filter(|t| !matches!(t, ElemType::Q4_0 | ElemType::IQ4NL | ElemType::Q4K))
         {
             assert!(seg_entry(ty).is_none(), "{ty}");
-            assert_eq!(seg_bytes(ty).is_some(), ty == ElemType::Q8_0, "{ty}");
+            assert_eq!(
+                seg_bytes(ty).is_some(),
+                matches!(ty, ElemType::Q8_0 | ElemType::Q6K),
+                "{ty}"
+            );
         }
         // q8_0: segments of four blocks, in units only (no stretches): rows of 2 .. 32 segments
         // (k = 256 .. 4096) on NVIDIA sm_80+; wider rows, or devices without cp.async, stay on
@@ -483,6 +487,17 @@ mod tests {
             132,
             "sm_90"
         ));
+        // q6_K: one superblock a lane, in units only, rows of whole 16-byte units (8, 16 or 32
+        // segments): k = 2048, 4096 (8192's q8_1 column leaves two blocks over an SM's 228
+        // KiB); two slots of 8 waves x 32 x 210 bytes.
+        let q6 = ElemType::Q6K;
+        assert_eq!(seg_bytes(q6), Some(210));
+        assert!(fits(q6, &one(q6, 14336, 4096)) && fits(q6, &one(q6, 4224, 2048)));
+        assert!(!fits(q6, &one(q6, 14336, 1024)) && !fits(q6, &one(q6, 14336, 8192)));
+        assert!(!fits(q6, &one(q6, 4096, 14336)) && !fits(q6, &one(q6, 14336, 3072)));
+        assert!(seg_in_units(q6, 4096, 32, "sm_90") && !seg_in_units(q6, 4096, 32, "sm_80"));
+        let c = gemv_seg_config(q6, &one(q6, 14336, 4096), 8, 32, 132, true);
+        assert_eq!((c.grid, c.shared_bytes), ([264, 1, 1], 8 * 2 * 32 * 210 + 4096 + 1024));
         // Three slots a wave.
         let c = gemv_seg_config(q8, &one(q8, 14336, 4096), 8, 32, 132, true);
         assert_eq!((c.grid, c.shared_bytes), ([264, 1, 1], 8 * 3 * 32 * 136 + 4096 + 1024));
@@ -502,23 +517,25 @@ mod tests {
             ),
             (2, 2, 1, 1)
         );
-        for ty in [ElemType::Q4_0, ElemType::Q4K, ElemType::Q8_0] {
+        for ty in [ElemType::Q4_0, ElemType::Q4K, ElemType::Q8_0, ElemType::Q6K] {
             let name = seg_units_entry(ty).unwrap();
             assert!(tandem_kernels_hip::find(GEMV_FAMILY).unwrap().entries.contains(&name) && name.ends_with("_u1"));
             assert!(seg_in_units(ty, 2048, 32, "sm_90") && seg_in_units(ty, 4096, 32, "sm_90"));
-            // q4_0, q4_K: 33, 18 and 12 segments a row; q8_0: 66, 36 and 24 (and 64 at 8192):
-            // not a divisor of 32.
+            // q4_0, q4_K, q6_K: 33, 18 and 12 segments a row; q8_0: 66, 36 and 24 (and 64 at
+            // 8192): not a divisor of 32. q6_K at 8192: two blocks over an SM.
             assert!(!seg_in_units(ty, 8448, 32, "sm_90") && !seg_in_units(ty, 4608, 32, "sm_90"));
             assert!(!seg_in_units(ty, 3072, 32, "sm_90"));
-            assert_eq!(seg_in_units(ty, 8192, 32, "sm_90"), ty != ElemType::Q8_0);
+            let q4 = matches!(ty, ElemType::Q4_0 | ElemType::Q4K);
+            assert_eq!(seg_in_units(ty, 8192, 32, "sm_90"), q4);
             assert!(!seg_in_units(ty, 4096, 64, "gfx942"));
             // Two blocks must fit an SM: 2 x (74 KiB + 1 KiB) q4_0 / q4_K, 2 x (108 + 1) q8_0
-            // (three slots), against sm_90's 228 KiB, sm_80's 164 and sm_86's 100.
-            assert_eq!(seg_in_units(ty, 4096, 32, "sm_80"), ty != ElemType::Q8_0);
+            // (three slots), 2 x (110 + 1) q6_K, against sm_90's 228 KiB, sm_80's 164 and
+            // sm_86's 100.
+            assert_eq!(seg_in_units(ty, 4096, 32, "sm_80"), q4);
             assert!(!seg_in_units(ty, 256, 32, "sm_86") && !seg_in_units(ty, 256, 32, "sm_89"));
             assert!(!seg_in_units(ty, 4096, 32, "sm_75"));
         }
-        for ty in [ElemType::Q6K, ElemType::IQ4NL] {
+        for ty in [ElemType::Q5K, ElemType::IQ4NL] {
             assert!(
                 seg_units_entry(ty).is_none() && !seg_in_units(ty, 4096, 32, "sm_90"),
                 "{ty}"

@@ -13,7 +13,7 @@
 //!   of q4_0, iq4_nl, q4_K where [`gemv_seg_fits`]): block 256, grid (`seg_blocks`, batches);
 //!   the waves split the rows into contiguous stretches walked in steps of one 144-byte segment
 //!   per lane (dynamic shared memory: the stages and the block's q8_1 column);
-//!   `tandem_gemv_<t>_u1` (q4_0, q4_K and q8_0 where [`seg_in_units`]) likewise, the waves
+//!   `tandem_gemv_<t>_u1` (q4_0, q4_K, q8_0 and q6_K where [`seg_in_units`]) likewise, the waves
 //!   taking units of whole rows in turn across the grid, two stages per wave. Float
 //!   weights: block 128, grid (ceil(m / rows), batches), `GEMV_FLOAT_ROWS` rows per block for
 //!   one column (else one), each thread loading several 16-byte vectors of every row at once.
@@ -125,12 +125,12 @@ pub const GEMV_MAX_COLUMNS: i64 = 8;
 /// 8192 and two stages a wave of 144-byte segments, or k <= 4096 and three of 136 bytes:
 /// within 108 KiB).
 pub const GEMV_SEG_MAX_K: i64 = 32768;
-/// The name `TANDEM_DISABLE_DISPATCH` takes to keep one-column q4_0, iq4_nl, q4_K and q8_0 MUL_MAT
-/// off the segment GEMV (the row-walk GEMV `_c1` runs instead); `hip.gemv` covers it too.
+/// The name `TANDEM_DISABLE_DISPATCH` takes to keep one-column q4_0, iq4_nl, q4_K, q8_0 and q6_K
+/// MUL_MAT off the segment GEMV (the row-walk GEMV `_c1` runs instead); `hip.gemv` covers it too.
 pub const SEG_SWITCH: &str = "hip.gemv.seg";
 /// The name `TANDEM_DISABLE_DISPATCH` takes to keep the segment GEMV in stretches
-/// (`tandem_gemv_<t>_s1`) where it would run in units ([`seg_in_units`]; q8_0, which has no
-/// stretches, goes back to the row walk); [`SEG_SWITCH`] covers it too.
+/// (`tandem_gemv_<t>_s1`) where it would run in units ([`seg_in_units`]; q8_0 and q6_K, which
+/// have no stretches, go back to the row walk); [`SEG_SWITCH`] covers it too.
 pub const SEG_UNITS_SWITCH: &str = "hip.gemv.seg.units";
 
 /// `tandem_mm_shape` of gemv.hip, gemm.hip and mma.hip.
@@ -915,18 +915,20 @@ pub fn quantize_config(q: &Q8Shape) -> LaunchConfig {
 
 /// Bytes of a segment of the segment GEMV of `ty` (`T::BYTES` of gemv.hip), if it has one: whole
 /// 32-weight groups that a lane reads as one piece, eight q4_0 or iq4_nl blocks or one q4_K
-/// superblock (144 bytes), four q8_0 blocks (136 bytes).
+/// superblock (144 bytes), four q8_0 blocks (136 bytes), one q6_K superblock (210 bytes).
 pub fn seg_bytes(ty: ElemType) -> Option<i64> {
     match ty {
         ElemType::Q4_0 | ElemType::IQ4NL | ElemType::Q4K => Some(144),
         ElemType::Q8_0 => Some(136),
+        ElemType::Q6K => Some(210),
         _ => None,
     }
 }
 
 /// The segment GEMV of `ty` in stretches (`tandem_gemv_<t>_s1`): q4_0, iq4_nl and q4_K. Not
 /// q8_0: in stretches, the kernel's first version was slower than the row walk on an H200
-/// (14336 x 4096: 19.6 against 18.3 µs back to back), so q8_0 takes segments only in units.
+/// (14336 x 4096: 19.6 against 18.3 µs back to back), so q8_0 takes segments only in units, and
+/// so does q6_K.
 pub fn seg_entry(ty: ElemType) -> Option<&'static str> {
     match ty {
         ElemType::Q4_0 => Some("tandem_gemv_q4_0_s1"),
@@ -937,7 +939,7 @@ pub fn seg_entry(ty: ElemType) -> Option<&'static str> {
 }
 
 /// The segment GEMV of `ty` that takes its rows in units across the grid
-/// (`tandem_gemv_<t>_u1`, see [`seg_in_units`]): q4_0, q4_K and q8_0. Not iq4_nl: on an H200
+/// (`tandem_gemv_<t>_u1`, see [`seg_in_units`]): q4_0, q4_K, q8_0 and q6_K. Not iq4_nl: on an H200
 /// (14336 x 4096) it gained 0.2 µs back to back (13.6 -> 13.4) but lost 1.8 one at a time
 /// (17.7 -> 19.5).
 pub fn seg_units_entry(ty: ElemType) -> Option<&'static str> {
@@ -945,6 +947,7 @@ pub fn seg_units_entry(ty: ElemType) -> Option<&'static str> {
         ElemType::Q4_0 => Some("tandem_gemv_q4_0_u1"),
         ElemType::Q4K => Some("tandem_gemv_q4_K_u1"),
         ElemType::Q8_0 => Some("tandem_gemv_q8_0_u1"),
+        ElemType::Q6K => Some("tandem_gemv_q6_K_u1"),
         _ => None,
     }
 }
@@ -958,10 +961,11 @@ fn seg_segments(ty: ElemType, k: i64) -> i64 {
 /// target `arch` with `warp_size`-lane waves (`tandem_gemv_<t>_u1`: units of whole rows that
 /// fill a step, taken in turn across the grid, a ring of stage slots filled by cp.async) rather
 /// than in stretches (`tandem_gemv_<t>_s1`: each wave one stretch of rows, one slot refilled
-/// from registers; q8_0 has none and takes the row walk). Units need cp.async ([`seg_slots`]),
-/// rows of S segments with S dividing `warp_size` (q4_0, q4_K: k = 256, 512, .. 8192 with 32
-/// lanes; q8_0: k = 256 .. 4096; every lane busy in every step), and two blocks' shared memory
-/// within an SM's ([`seg_sm_shared`]); [`SEG_UNITS_SWITCH`] turns them off. Measured on an H200
+/// from registers; q8_0 and q6_K have none and take the row walk). Units need cp.async
+/// ([`seg_slots`]), rows of S segments with S dividing `warp_size` (every lane busy in every
+/// step) and whole 16-byte units (the copies' size: q4_0, q4_K: k = 256, 512, .. 8192 with 32
+/// lanes; q8_0: k = 256 .. 4096; q6_K: k = 2048, 4096), and two blocks' shared memory within an
+/// SM's ([`seg_sm_shared`]); [`SEG_UNITS_SWITCH`] turns them off. Measured on an H200
 /// (back to back, µs): q4_0 14336 x 4096 11.6 -> 11.0 and 3072 x 4096 5.0 -> 4.6 in units, but
 /// 4096 x 14336 (a row in two steps, the second three quarters full) 13.4 -> 13.8, so other
 /// rows stay in stretches.
@@ -970,6 +974,7 @@ pub fn seg_in_units(ty: ElemType, k: i64, warp_size: u32, arch: &str) -> bool {
         && seg_slots(arch) == 2
         && seg_segments(ty, k) > 0
         && i64::from(warp_size) % seg_segments(ty, k) == 0
+        && seg_segments(ty, k) * seg_bytes(ty).unwrap_or(0) % 16 == 0
         && 2 * (seg_block_shared(ty, k, gemv_waves(warp_size), warp_size, true) + SEG_BLOCK_RESERVED)
             <= seg_sm_shared(arch)
         && !crate::config::Config::get().is_disabled(SEG_UNITS_SWITCH)
