@@ -414,7 +414,7 @@ TANDEM_DEVICE void tandem_mv_put(const uint4 (&r)[NV], u8* dst, const u8* src, i
 // (f16(d), f16(d) * sum), tandem_q8_pair). One division and reciprocal per thread, so the block
 // quantizer takes 16 values a thread. Every lane of the wave calls it.
 template <int N>
-TANDEM_DEVICE void tandem_q8_part(const float (&x)[N], u32 (&q)[N / 4], float& d, int& sum) {
+TANDEM_DEVICE void tandem_q8_part(const float (&x)[N], u32 (&q)[N / 4], float& d, int& sum, int& part) {
     static_assert(N == 4 || N == 16, "a group's 32 values over 8 or 2 lanes");
     float amax = fabsf(x[0]);
 #pragma unroll
@@ -435,8 +435,15 @@ TANDEM_DEVICE void tandem_q8_part(const float (&x)[N], u32 (&q)[N / 4], float& d
         }
         q[w] = packed;
     }
+    part = sum;
 #pragma unroll
     for (int o = 16 / N; o > 0; o >>= 1) sum += __shfl_xor(sum, o);
+}
+// The same without this thread's own sum (part: the sum of its N q).
+template <int N>
+TANDEM_DEVICE void tandem_q8_part(const float (&x)[N], u32 (&q)[N / 4], float& d, int& sum) {
+    int part;
+    tandem_q8_part<N>(x, q, d, sum, part);
 }
 // A group's q8_1 (d, d * sum) pair, d rounded to f16 first.
 TANDEM_DEVICE float2 tandem_q8_pair(float d, int sum) {
@@ -473,6 +480,15 @@ TANDEM_DEVICE int tandem_seg_pair_x(int seg) {
     } else {
         return (seg >> 2) & 1;
     }
+}
+// Where the segment walk keeps the sum of the int8 values of a column's 16-value half h (2G per
+// segment, four to a 16-byte unit), for types whose scales cover 16 values (q6_K): swizzled as
+// the pairs are.
+template <int G>
+TANDEM_DEVICE int tandem_seg_part_at(int h) {
+    constexpr int P = G / 2;  // units per segment
+    const int v = h / 4;
+    return 4 * ((v & ~(P - 1)) | ((v & (P - 1)) ^ tandem_seg_pair_x<G>(v / P))) + (h & 3);
 }
 template <int G>
 TANDEM_DEVICE int tandem_seg_pair_at(int g) {
@@ -521,10 +537,12 @@ TANDEM_DEVICE void tandem_mv_quant_load(float (&x)[TANDEM_MV_QUANT_UNROLL][16], 
 // of column 0's first pass: the caller loads them (tandem_mv_quant_load) before its weight
 // loads, so the wait for them overlaps the wait for the weights. Every thread of the block calls
 // it; the caller puts a block barrier after it. SEG > 0 (one column): the units go where
-// tandem_seg_act_at<SEG> and tandem_seg_pair_at<SEG> say.
-template <int SEG = 0>
+// tandem_seg_act_at<SEG> and tandem_seg_pair_at<SEG> say; PARTS: each half's sum to sp too, where
+// tandem_seg_part_at<SEG> says.
+template <int SEG = 0, bool PARTS = false>
 TANDEM_DEVICE void tandem_mv_quantize_block(const char* base, i64 nb0, i64 nb1, i64 k, int ncols, i8* sq,
-                                            float2* sd, float (&x)[TANDEM_MV_QUANT_UNROLL][16]) {
+                                            float2* sd, float (&x)[TANDEM_MV_QUANT_UNROLL][16],
+                                            int* sp = nullptr) {
     const int halves = (int)(k / 16);  // per column; even (k is of 32s, at most 32768)
     const int lane = threadIdx.x % warpSize;
     const int bd = blockDim.x;
@@ -544,11 +562,12 @@ TANDEM_DEVICE void tandem_mv_quantize_block(const char* base, i64 nb0, i64 nb1, 
                 const int h = w0 + lane + u * bd;
                 u32 q[4];
                 float d;
-                int sum;
-                tandem_q8_part<16>(x[u], q, d, sum);
+                int sum, part;
+                tandem_q8_part<16>(x[u], q, d, sum, part);
                 if (h < halves) {
                     cq[tandem_seg_act_at<SEG>(h)] = make_uint4(q[0], q[1], q[2], q[3]);
                     if ((h & 1) == 0) cd[tandem_seg_pair_at<SEG>(h / 2)] = tandem_q8_pair(d, sum);
+                    if constexpr (PARTS) sp[tandem_seg_part_at<SEG>(h)] = part;
                 }
             }
         }
@@ -1088,8 +1107,9 @@ TANDEM_DEVICE float tandem_seg_block18(const u32 (&w)[N], int j, u32 (&q)[4]) {
 // int8 activations at a (swizzled by x), its G / 2 units of pairs at p (swizzled by y).
 struct tandem_seg_q4_0 {
     static constexpr int G = 8, BYTES = 144;
+    static constexpr bool PARTS = false;
     static __device__ __forceinline__ float dot(const u32 (&w)[BYTES / 4], const uint4* a, const uint4* p, int x,
-                                                int y) {
+                                                int y, const uint4*) {
         float acc = 0.0f;
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
@@ -1113,8 +1133,9 @@ struct tandem_seg_q4_0 {
 
 struct tandem_seg_iq4_nl {
     static constexpr int G = 8, BYTES = 144;
+    static constexpr bool PARTS = false;
     static __device__ __forceinline__ float dot(const u32 (&w)[BYTES / 4], const uint4* a, const uint4* p, int x,
-                                                int y) {
+                                                int y, const uint4*) {
         float acc = 0.0f;
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
@@ -1157,8 +1178,9 @@ TANDEM_DEVICE float tandem_seg_block34(const u32 (&w)[N], int j, u32 (&q)[8]) {
 // q8_0: four blocks (136 bytes, 8-byte aligned), whose quants meet the activations as they are.
 struct tandem_seg_q8_0 {
     static constexpr int G = 4, BYTES = 136;
+    static constexpr bool PARTS = false;
     static __device__ __forceinline__ float dot(const u32 (&w)[BYTES / 4], const uint4* a, const uint4* p, int x,
-                                                int y) {
+                                                int y, const uint4*) {
         float acc = 0.0f;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -1184,11 +1206,13 @@ struct tandem_seg_q8_0 {
 // 4n + j: words 16n + 8 (j & 1) .., nibble j / 2), the high two bits in words 32..47 (words
 // 32 + 8n .., bits 2j), the sixteen int8 scales (one per 16 values) in words 48..51, d in the
 // low half of word 52. The 6-bit values q meet the activations as they are; each 16 values'
-// (q - 32) a is their sum less 32 times the activations' sum.
+// (q - 32) a is their sum less 32 times the activations' sum, which the block quantizer keeps
+// (PARTS; ps: the segment's four units of them) rather than each lane summing them again.
 struct tandem_seg_q6_K {
     static constexpr int G = 8, BYTES = 210;
+    static constexpr bool PARTS = true;
     static __device__ __forceinline__ float dot(const u32 (&w)[(BYTES + 3) / 4], const uint4* a, const uint4* p,
-                                                int x, int y) {
+                                                int x, int y, const uint4* ps) {
         float acc = 0.0f;
 #pragma unroll
         for (int g = 0; g < 8; ++g) {
@@ -1197,21 +1221,22 @@ struct tandem_seg_q6_K {
             int lo[4], hi[4];
             tandem_seg_act(a, 2 * g, x, lo);
             tandem_seg_act(a, 2 * g + 1, x, hi);
+            const uint4 pu = ps[(g / 2) ^ y];
+            const int pt[4] = {(int)pu.x, (int)pu.y, (int)pu.z, (int)pu.w};
             int sum = 0;
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                int sq = 0, sa = 0;
+                int sq = 0;
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
                     const u32 l = (w[lw + 4 * h + i] >> ls) & 0x0F0F0F0Fu;
                     const u32 u = (w[hw + 4 * h + i] >> hs) & 0x03030303u;
                     const int av = h ? hi[i] : lo[i];
                     sq = tandem_dp4a((int)(l | (u << 4)), av, sq);
-                    sa = tandem_bsum4(av, sa);
                 }
                 const int e = 2 * g + h;
                 const int sc = (int)(i8)((w[48 + e / 4] >> (8 * (e % 4))) & 0xffu);
-                sum += sc * (sq - 32 * sa);
+                sum += sc * (sq - 32 * pt[2 * (g & 1) + h]);
             }
             acc += tandem_seg_pair(p, g, y).x * (float)sum;
         }
@@ -1225,8 +1250,9 @@ struct tandem_seg_q6_K {
 // nibbles of words 4 + 8i ..).
 struct tandem_seg_q4_K {
     static constexpr int G = 8, BYTES = 144;
+    static constexpr bool PARTS = false;
     static __device__ __forceinline__ float dot(const u32 (&w)[BYTES / 4], const uint4* a, const uint4* p, int x,
-                                                int y) {
+                                                int y, const uint4*) {
         const float d = tandem_f16_to_f32((u16)(w[0] & 0xffffu)), dmin = tandem_f16_to_f32((u16)(w[0] >> 16));
         const u32 sc[2] = {w[1] & 0x3f3f3f3fu, (w[3] & 0x0f0f0f0fu) | ((w[1] >> 2) & 0x30303030u)};
         const u32 mn[2] = {w[2] & 0x3f3f3f3fu, ((w[3] >> 4) & 0x0f0f0f0fu) | ((w[2] >> 2) & 0x30303030u)};
@@ -1267,11 +1293,8 @@ TANDEM_DEVICE void tandem_seg_words(const u8* seg, u32 (&w)[(BYTES + 3) / 4]) {
     static_assert(BYTES % 8 == 0 || BYTES % 4 == 2, "segments of 8-byte units, or 2-byte aligned");
     if constexpr (BYTES % 4 == 2) {
         constexpr int N = (BYTES + 3) / 4;
-        const u32* at = (const u32*)((u64)seg & ~(u64)3);
-        const int sh = (int)((u64)seg & 3) * 8;
         u32 r[N];
-#pragma unroll
-        for (int t = 0; t < N; ++t) r[t] = at[t];
+        const int sh = tandem_aligned_words<N>(seg, r);
 #pragma unroll
         for (int t = 0; t < N; ++t) w[t] = tandem_shr64(r[t], t + 1 < N ? r[t + 1] : 0u, sh);
     } else if constexpr (BYTES % 16 == 0) {
@@ -1345,7 +1368,8 @@ TANDEM_DEVICE void tandem_gemv_seg(const char* w, const char* src1, char* dst, c
                          (int)threadIdx.x - lane);
     i8* sq = (i8*)(tandem_mv_smem + nw * step16 * 16);
     float2* sd = (float2*)(sq + s.k);
-    tandem_mv_quantize_block<T::G>(act, s.nb10, s.nb11, s.k, 1, sq, sd, xa);
+    int* sp = (int*)(sd + s.k / 32);  // PARTS: the halves' sums
+    tandem_mv_quantize_block<T::G, T::PARTS>(act, s.nb10, s.nb11, s.k, 1, sq, sd, xa, sp);
     __syncthreads();
     char* out = dst + i12 * s.nb2 + i13 * s.nb3 + ra * 4;
     int rr = lane / S, sg = lane % S;  // the lane's item: segment sg of the wave's row rr
@@ -1369,7 +1393,7 @@ TANDEM_DEVICE void tandem_gemv_seg(const char* w, const char* src1, char* dst, c
             u32 wv[(T::BYTES + 3) / 4];
             tandem_seg_words<T::BYTES>((const u8*)stage + lane * T::BYTES, wv);
             v = T::dot(wv, (const uint4*)sq + 2 * T::G * sg, (const uint4*)sd + T::G / 2 * sg, sg & 7,
-                       tandem_seg_pair_x<T::G>(sg));
+                       tandem_seg_pair_x<T::G>(sg), (const uint4*)sp + T::G / 2 * sg);
         }
         tandem_wave_sync();
         // Each lane adds the lanes after it in its row (a lane o further on is in the same row
@@ -1488,7 +1512,8 @@ TANDEM_DEVICE void tandem_gemv_segu(const char* w, const char* src1, char* dst, 
                          (int)threadIdx.x - lane);
     i8* sq = (i8*)(tandem_mv_smem + nw * SLOTS * step16 * 16);
     float2* sd = (float2*)(sq + s.k);
-    tandem_mv_quantize_block<T::G>(act, s.nb10, s.nb11, s.k, 1, sq, sd, xa);
+    int* sp = (int*)(sd + s.k / 32);  // PARTS: the halves' sums
+    tandem_mv_quantize_block<T::G, T::PARTS>(act, s.nb10, s.nb11, s.k, 1, sq, sd, xa, sp);
     __syncthreads();
     char* out = dst + i12 * s.nb2 + i13 * s.nb3;
     const int rr = lane / S, sg = lane % S;  // the lane's segment sg of the unit's row rr
@@ -1508,7 +1533,7 @@ TANDEM_DEVICE void tandem_gemv_segu(const char* w, const char* src1, char* dst, 
             u32 wv[(T::BYTES + 3) / 4];
             tandem_seg_words<T::BYTES>((const u8*)here + lane * T::BYTES, wv);
             v = T::dot(wv, (const uint4*)sq + 2 * T::G * sg, (const uint4*)sd + T::G / 2 * sg, sg & 7,
-                       tandem_seg_pair_x<T::G>(sg));
+                       tandem_seg_pair_x<T::G>(sg), (const uint4*)sp + T::G / 2 * sg);
         }
         // Each lane adds the lanes after it in its row (a lane o further on is in the same row
         // when sg + o < S), so the row's first lane ends up with the row's sum.

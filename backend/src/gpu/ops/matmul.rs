@@ -212,11 +212,11 @@ mod tests {
         gemv_seg_fits, gemv_shared_bytes, gemv_stages, gemv_waves, half_weights, has_mma, has_wgmma, mma_config,
         mma_entry, mma_tile, mmid_grouped_bytes, mmid_mma_config, mmid_mma_entry, mmid_wmma_entry, mmq_shared_bytes,
         mmv_config, mmv_entry, mmv_fits, mmv_shared_bytes, quantize_config, rows_per_wave, seg_bytes, seg_entry,
-        seg_in_units, seg_slots, seg_sm_shared, seg_unit_slots, seg_units_entry, split_sum_config, wgmma_config,
-        wgmma_entry, wgmma_f16_config, wgmma_fits, wgmma_shared_bytes, wgmma_takes, wgmmq_config, wgmmq_entry,
-        wgmmq_fits, wgmmq_shared_bytes, wgmmq_tensor_offsets, wmma_entry, wmma_native_layout, MmSplit, AMD_BLOCK_LDS,
-        GEMM_FAMILY, GEMV_FAMILY, GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES, MMA_COPY_VALUES, QUANTIZE_VALUES,
-        WGMMQ_MAX_ROW_BYTES, WMMA_FAMILY,
+        seg_in_units, seg_parts, seg_slots, seg_sm_shared, seg_unit_slots, seg_units_entry, split_sum_config,
+        wgmma_config, wgmma_entry, wgmma_f16_config, wgmma_fits, wgmma_shared_bytes, wgmma_takes, wgmmq_config,
+        wgmmq_entry, wgmmq_fits, wgmmq_shared_bytes, wgmmq_tensor_offsets, wmma_entry, wmma_native_layout, MmSplit,
+        AMD_BLOCK_LDS, GEMM_FAMILY, GEMV_FAMILY, GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES, MMA_COPY_VALUES,
+        QUANTIZE_VALUES, WGMMQ_MAX_ROW_BYTES, WMMA_FAMILY,
     };
     use super::*;
     use crate::gpu::api::DevicePtr;
@@ -489,7 +489,7 @@ mod tests {
         ));
         // q6_K: one superblock a lane, in units only, rows of whole 16-byte units (8, 16 or 32
         // segments): k = 2048, 4096 (8192's q8_1 column leaves two blocks over an SM's 228
-        // KiB); two slots of 8 waves x 32 x 210 bytes.
+        // KiB); two slots of 8 waves x 32 x 210 bytes, the q8_1 column and its halves' sums.
         let q6 = ElemType::Q6K;
         assert_eq!(seg_bytes(q6), Some(210));
         assert!(fits(q6, &one(q6, 14336, 4096)) && fits(q6, &one(q6, 4224, 2048)));
@@ -497,7 +497,11 @@ mod tests {
         assert!(!fits(q6, &one(q6, 4096, 14336)) && !fits(q6, &one(q6, 14336, 3072)));
         assert!(seg_in_units(q6, 4096, 32, "sm_90") && !seg_in_units(q6, 4096, 32, "sm_80"));
         let c = gemv_seg_config(q6, &one(q6, 14336, 4096), 8, 32, 132, true);
-        assert_eq!((c.grid, c.shared_bytes), ([264, 1, 1], 8 * 2 * 32 * 210 + 4096 + 1024));
+        assert_eq!(
+            (c.grid, c.shared_bytes),
+            ([264, 1, 1], 8 * 2 * 32 * 210 + 4096 + 1024 + 4096 / 16 * 4)
+        );
+        assert!(seg_parts(q6) && !seg_parts(q8) && !seg_parts(ElemType::Q4_0));
         // Three slots a wave.
         let c = gemv_seg_config(q8, &one(q8, 14336, 4096), 8, 32, 132, true);
         assert_eq!((c.grid, c.shared_bytes), ([264, 1, 1], 8 * 3 * 32 * 136 + 4096 + 1024));

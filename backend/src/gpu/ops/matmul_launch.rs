@@ -997,11 +997,20 @@ pub fn seg_sm_shared(arch: &str) -> i64 {
 
 /// Dynamic shared memory of a segment-GEMV block of `waves` waves of `warp_size` lanes for rows
 /// of `k` weights of `ty`: each wave's stage slots (a segment per lane; [`seg_unit_slots`] in
-/// units, one in stretches), then the block's q8_1 column.
+/// units, one in stretches), then the block's q8_1 column (and for q6_K, [`seg_parts`], the sums
+/// of its 16-value halves).
 fn seg_block_shared(ty: ElemType, k: i64, waves: i64, warp_size: u32, in_units: bool) -> i64 {
     let bytes = seg_bytes(ty).unwrap_or(0);
     let slots = if in_units { seg_unit_slots(ty) } else { 1 };
-    waves * slots * i64::from(warp_size) * bytes + gemv_act_bytes(k, 1)
+    let parts = if seg_parts(ty) { k / 16 * 4 } else { 0 };
+    waves * slots * i64::from(warp_size) * bytes + gemv_act_bytes(k, 1) + parts
+}
+
+/// Whether the segment GEMV of `ty` keeps the activations' sums per 16 values beside its q8_1
+/// column (`T::PARTS` of gemv.hip): q6_K, whose scales cover 16 values (on an H200, 14336 x 4096
+/// back to back: 15.0 µs, against 15.1 with each lane summing them with dp4a).
+pub fn seg_parts(ty: ElemType) -> bool {
+    ty == ElemType::Q6K
 }
 
 /// Whether weights of `ty` at `base` with shape `s` take the segment GEMV on a device of `units`
