@@ -14,7 +14,8 @@
 //!   the waves split the rows into contiguous stretches walked in steps of one 144-byte segment
 //!   per lane (dynamic shared memory: the stages and the block's q8_1 column);
 //!   `tandem_gemv_<t>_u1` (q4_0, q4_K, q8_0 and q6_K where [`seg_in_units`]) likewise, the waves
-//!   taking units of whole rows in turn across the grid, two stages per wave. Float
+//!   taking units of whole rows in turn across the grid, a ring of stages per wave (two, q8_0
+//!   three; [`seg_unit_slots`]). Float
 //!   weights: block 128, grid (ceil(m / rows), batches), `GEMV_FLOAT_ROWS` rows per block for
 //!   one column (else one), each thread loading several 16-byte vectors of every row at once.
 //! - `tandem_mul_mat_id_<type>`: as the GEMV of its type, grid.y = n_used * n_tokens.
