@@ -1101,7 +1101,7 @@ fn seg_blocks(ty: ElemType, s: &MulMatShape, waves: i64, warp_size: u32, units: 
 }
 
 /// Launch geometry of the segment GEMV of `ty`, in units or stretches ([`seg_in_units`]):
-/// `waves` waves of `warp_size` lanes per block, [`seg_blocks`] of them, one grid row per batch;
+/// `waves` waves of `warp_size` lanes per block, `seg_blocks` of them, one grid row per batch;
 /// shared memory for each wave's stages (a segment per lane, two slots in units, one in
 /// stretches) and the quantized column.
 pub fn gemv_seg_config(
