@@ -1087,19 +1087,19 @@ TANDEM_DEVICE float2 tandem_seg_pair(const uint4* p, int j, int y) {
                    : make_float2(__uint_as_float(q.x), __uint_as_float(q.y));
 }
 
-// The f16 and the four words of the 2-byte-aligned 18-byte block j of words w (q4_0, iq4_nl):
-// block j starts at byte 18j, 4-byte aligned for even j (its quants are not), 2 bytes past a word
-// for odd j (its quants are aligned).
-template <int N>
-TANDEM_DEVICE float tandem_seg_block18(const u32 (&w)[N], int j, u32 (&q)[4]) {
-    const int b = 9 * (j / 2) + 4 * (j & 1);
+// The f16 and the Q quant words of the 2-byte-aligned block j (2 + 4Q bytes: q4_0 and iq4_nl 18,
+// q8_0 34) of words w: block j starts at byte (2 + 4Q) j, 4-byte aligned for even j (its quants
+// are not), 2 bytes past a word for odd j (its quants are aligned).
+template <int Q, int N>
+TANDEM_DEVICE float tandem_seg_block(const u32 (&w)[N], int j, u32 (&q)[Q]) {
+    const int b = (2 * Q + 1) * (j / 2) + Q * (j & 1);
     if ((j & 1) == 0) {
 #pragma unroll
-        for (int t = 0; t < 4; ++t) q[t] = tandem_shr64(w[b + t], w[b + t + 1], 16);
+        for (int t = 0; t < Q; ++t) q[t] = tandem_shr64(w[b + t], w[b + t + 1], 16);
         return tandem_f16_to_f32((u16)(w[b] & 0xffffu));
     }
 #pragma unroll
-    for (int t = 0; t < 4; ++t) q[t] = w[b + 1 + t];
+    for (int t = 0; t < Q; ++t) q[t] = w[b + 1 + t];
     return tandem_f16_to_f32((u16)(w[b] >> 16));
 }
 
@@ -1114,7 +1114,7 @@ struct tandem_seg_q4_0 {
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
             u32 q[4];
-            const float d = tandem_seg_block18(w, j, q);
+            const float d = tandem_seg_block<4>(w, j, q);
             int lo[4], hi[4];
             tandem_seg_act(a, 2 * j, x, lo);
             tandem_seg_act(a, 2 * j + 1, x, hi);
@@ -1140,7 +1140,7 @@ struct tandem_seg_iq4_nl {
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
             u32 q[4];
-            const float d = tandem_seg_block18(w, j, q);
+            const float d = tandem_seg_block<4>(w, j, q);
             int lo[4], hi[4];
             tandem_seg_act(a, 2 * j, x, lo);
             tandem_seg_act(a, 2 * j + 1, x, hi);
@@ -1159,22 +1159,6 @@ struct tandem_seg_iq4_nl {
     }
 };
 
-// The f16 and the eight words of the 2-byte-aligned 34-byte block j of words w (q8_0): block j
-// starts at byte 34j, 4-byte aligned for even j (its quants are not), 2 bytes past a word for odd
-// j (its quants are aligned).
-template <int N>
-TANDEM_DEVICE float tandem_seg_block34(const u32 (&w)[N], int j, u32 (&q)[8]) {
-    const int b = 17 * (j / 2) + 8 * (j & 1);
-    if ((j & 1) == 0) {
-#pragma unroll
-        for (int t = 0; t < 8; ++t) q[t] = tandem_shr64(w[b + t], w[b + t + 1], 16);
-        return tandem_f16_to_f32((u16)(w[b] & 0xffffu));
-    }
-#pragma unroll
-    for (int t = 0; t < 8; ++t) q[t] = w[b + 1 + t];
-    return tandem_f16_to_f32((u16)(w[b] >> 16));
-}
-
 // q8_0: four blocks (136 bytes, 8-byte aligned), whose quants meet the activations as they are.
 struct tandem_seg_q8_0 {
     static constexpr int G = 4, BYTES = 136;
@@ -1185,7 +1169,7 @@ struct tandem_seg_q8_0 {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             u32 q[8];
-            const float d = tandem_seg_block34(w, j, q);
+            const float d = tandem_seg_block<8>(w, j, q);
             int lo[4], hi[4];
             tandem_seg_act(a, 2 * j, x, lo);
             tandem_seg_act(a, 2 * j + 1, x, hi);
