@@ -62,8 +62,13 @@ struct tandem_mmid_shape {
     i64 ids_nb0, ids_nb1;       // ids byte strides
     i64 nb1, nb2;               // dst byte strides
     i64 nb10;                   // src1 element stride
-    i64 pad;
+    i64 flags;                  // TANDEM_MMID_IDS_EARLY
 };
+
+// tandem_mmid_shape::flags: the ids are in place before the kernel starts (MMID_IDS_EARLY of
+// matmul_launch.rs), so the GEMV form reads them, and its experts' first weights, before
+// tandem_grid_wait.
+#define TANDEM_MMID_IDS_EARLY 1
 
 // Mirrors `Q8Shape` in backend/src/gpu/ops/matmul_launch.rs: src1 as [k, ne1, ne2, ne3] with
 // byte strides; column c = i1 + ne1 * (i2 + ne2 * i3) of the q8_1 copy.
@@ -1589,15 +1594,18 @@ TANDEM_DEVICE void tandem_mmid_poison(char* out, i64 m) {
 template <typename T>
 TANDEM_DEVICE void tandem_mmid_quant(const char* w, const char* src1, const char* aq, const char* ads,
                                      const char* ids, char* dst, const tandem_mmid_shape& s) {
-    // The expert ids come from the kernels ahead, so nothing is read before the wait.
+    // The expert ids may come from the kernels ahead: unless the launcher knows they are in
+    // place (TANDEM_MMID_IDS_EARLY), nothing is read before the wait. Otherwise the ids and the
+    // first weights are read before it (tandem_mv_quant_block waits after its first loads).
     tandem_grid_release();
-    tandem_grid_wait();
+    if ((s.flags & TANDEM_MMID_IDS_EARLY) == 0) tandem_grid_wait();
     const i64 slot = blockIdx.y;
     if (slot >= s.n_used * s.n_tokens) return;
     const i64 u = slot % s.n_used, t = slot / s.n_used;
     const i64 e = tandem_mmid_expert(ids, s, u, t);
     char* out = dst + u * s.nb1 + t * s.nb2;
     if (e < 0) {
+        tandem_grid_wait();
         tandem_mmid_poison(out, s.m);
         return;
     }

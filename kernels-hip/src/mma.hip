@@ -133,7 +133,7 @@ struct tandem_mmid_shape {
     i64 ids_nb0, ids_nb1;       // ids byte strides
     i64 nb1, nb2;               // dst byte strides
     i64 nb10;
-    i64 pad;
+    i64 flags;  // 0 for the grouped form
 };
 
 // Sorts the slots (u, t) of ids by expert: counts[e] slots of expert e at lists[e * slots ..]

@@ -41,6 +41,9 @@ struct ExecState {
     scratch: Scratch,
     staging: Option<PinnedAlloc>,
     plans: HashMap<u64, Arc<GpuPlan>>,
+    /// By node index of the graph running: the stream's launch count once the node's work was
+    /// queued (`Stream::launches`), for `GpuPlan::ids_writer`.
+    queued_at: Vec<u64>,
 }
 
 impl GpuDevice {
@@ -61,6 +64,7 @@ impl GpuDevice {
                 scratch: Scratch::new(ctx.clone()),
                 staging: None,
                 plans: HashMap::new(),
+                queued_at: Vec::new(),
             }),
             ctx,
         })
@@ -304,23 +308,39 @@ impl GpuDevice {
         plan: &GpuPlan,
         stats: &mut GraphStats,
     ) -> Result<(), ExecError> {
+        st.queued_at.clear();
+        st.queued_at.resize(g.nodes.len(), 0);
         for step in &plan.steps {
             match step {
                 GpuStep::Kernel { index, reg, fused } => {
+                    // The ids are in place when no node of the graph writes them, or when the
+                    // kernel that last did has finished before this one can start.
+                    let ids_ready = match plan.ids_writer.get(*index).copied().flatten() {
+                        Some(w) => st.stream.finished_before_next(st.queued_at[w]),
+                        None => true,
+                    };
                     let lc = LaunchCtx {
                         kernels: &self.kernels,
                         stream: &st.stream,
                         info: self.ctx.info(),
                         scratch: &st.scratch,
                         settled: plan.settled.get(*index).copied().unwrap_or(false),
+                        ids_ready,
                     };
                     // SAFETY: forwarded contract; kinds were read from this device's map.
                     unsafe { exec::launch_step(&lc, g, kinds, &self.registry, *index, *reg, *fused)? };
                     stats.gpu_dispatches += 1;
+                    let at = st.stream.launches();
+                    st.queued_at[*index] = at;
+                    if *fused {
+                        st.queued_at[*index + 1] = at;
+                    }
                 }
                 GpuStep::Cpu { range } => {
                     // SAFETY: forwarded contract.
                     unsafe { self.run_group(st, g, kinds, range.clone(), stats)? };
+                    let at = st.stream.launches();
+                    st.queued_at[range.clone()].fill(at);
                 }
             }
         }

@@ -33,6 +33,10 @@ pub struct GpuPlan {
     /// By node index: no node of the graph writes the bytes of that node's first source (its
     /// weights, for a matmul), so a dependent launch may read them before the kernels ahead end.
     pub settled: Vec<bool>,
+    /// By node index: for a MUL_MAT_ID, the index of the last node ahead of it that writes the
+    /// storage of its expert ids (`None`: no node of the graph does, so they were in place
+    /// before the graph started); `None` for every other node.
+    pub ids_writer: Vec<Option<usize>>,
 }
 
 /// Memory kind of every tensor of `g` (by tensor index).
@@ -142,7 +146,30 @@ pub fn plan(g: &Graph, kinds: &[MemKind], registry: &Registry, log: bool) -> Res
     }
     close(&mut p, &mut cpu_start, g.nodes.len());
     p.settled = settled_sources(g);
+    p.ids_writer = ids_writers(g);
     Ok(p)
+}
+
+/// For each MUL_MAT_ID node, the index of the last node ahead of it that writes into the storage
+/// of its ids (src 2); `None` where none does and for every other node. By ids, as
+/// [`settled_sources`].
+fn ids_writers(g: &Graph) -> Vec<Option<usize>> {
+    let mut last = vec![None; g.tensors.len()];
+    g.nodes
+        .iter()
+        .enumerate()
+        .map(|(i, &id)| {
+            let t = g.tensor(id);
+            let writer = match (t.op, t.src.get(2).copied().flatten()) {
+                (Op::MulMatId, Some(ids)) => last[g.storage_root(ids).0.index()],
+                _ => None,
+            };
+            if !is_noop(t) {
+                last[g.storage_root(id).0.index()] = Some(i);
+            }
+            writer
+        })
+        .collect()
 }
 
 /// For each node, whether no node of `g` writes the storage of its first source: that source is
@@ -451,6 +478,38 @@ mod tests {
         assert!(!settled[at(write)], "SET_ROWS' first source is the cache it writes");
         assert!(!settled[at(kq)], "a view of a cache SET_ROWS writes");
         assert!(!settled[at(chained)], "a node's result");
+    }
+
+    /// A MUL_MAT_ID's ids writer is the last node ahead of it that writes their storage (through
+    /// a view too); ids no node writes have none, and no other node has one.
+    #[test]
+    fn ids_writers_are_the_last_nodes_writing_the_ids() {
+        let mut b = GraphBuilder::new();
+        let experts = b.new_tensor(ElemType::Q4_0, &[64, 16, 8]);
+        let x = b.new_tensor(ElemType::F32, &[64, 1, 1]);
+        let given = b.new_tensor(ElemType::I32, &[2, 1]);
+        let from_input = b.mul_mat_id(experts, x, given).unwrap();
+        let logits = b.new_tensor(ElemType::F32, &[8, 1]);
+        let chosen = b.top_k(logits, 2).unwrap();
+        let other = b.add(logits, logits).unwrap();
+        let first = b.mul_mat_id(experts, x, chosen).unwrap();
+        let second = b.mul_mat_id(experts, x, chosen).unwrap();
+        let sorted = b.argsort(logits, tandem_graph::op::SortOrder::Desc);
+        let top = b.view(sorted, &[2, 1], &[4, 32], 0).unwrap();
+        let through_view = b.mul_mat_id(experts, x, top).unwrap();
+        let g = b.build();
+        let at = |id: TensorId| g.nodes.iter().position(|&n| n == id).unwrap();
+        let w = ids_writers(&g);
+        assert_eq!(w.len(), g.nodes.len());
+        assert_eq!(w[at(from_input)], None, "ids no node writes");
+        assert_eq!(w[at(first)], Some(at(chosen)), "TOP_K wrote them, ADD came between");
+        assert_eq!(
+            w[at(second)],
+            Some(at(chosen)),
+            "a MUL_MAT_ID between writes its own dst"
+        );
+        assert_eq!(w[at(through_view)], Some(at(sorted)), "a view of ARGSORT's result");
+        assert!(w[at(other)].is_none() && w[at(chosen)].is_none() && w[at(sorted)].is_none());
     }
 
     use crate::config::Config;

@@ -62,6 +62,11 @@ pub struct LaunchCtx<'a> {
     /// No node of the graph writes the node's first source (`GpuPlan::settled`): a launcher may
     /// queue a kernel that reads it before its tandem_grid_wait as a dependent launch.
     pub settled: bool,
+    /// A MUL_MAT_ID's expert ids (src 2) are in place before the kernel starts, even as a
+    /// dependent launch: no node of the graph writes them, or the kernel that last did has
+    /// finished by then (`GpuPlan::ids_writer`, `Stream::finished_before_next`). Then the kernel
+    /// may read them, and the experts' weights, before its tandem_grid_wait.
+    pub ids_ready: bool,
 }
 
 /// Predicate: whether the registration runs `node` (with `next` fused, for fusing

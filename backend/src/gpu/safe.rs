@@ -3,7 +3,7 @@
 
 use super::api::*;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// One device's context (CUDA: its retained primary context). Everything made from it holds an
@@ -111,6 +111,8 @@ impl Context {
             ctx: self.clone(),
             raw,
             after_kernel: AtomicBool::new(false),
+            launches: AtomicU64::new(0),
+            barrier: AtomicU64::new(0),
         })
     }
 
@@ -326,6 +328,12 @@ pub struct Stream {
     /// The last work queued through this wrapper is a kernel: only then may a dependent launch
     /// overlap it (copies, fills, event records and waits ahead keep their ordinary ordering).
     after_kernel: AtomicBool,
+    /// Kernels queued through this wrapper so far.
+    launches: AtomicU64,
+    /// The value of `launches` just after the last kernel queued as an ordinary launch: that
+    /// kernel started only once all work queued before it had finished, and every kernel queued
+    /// after it starts later still.
+    barrier: AtomicU64,
 }
 
 impl Stream {
@@ -337,6 +345,20 @@ impl Stream {
     /// waits for it in the ordinary way.
     fn note_other_work(&self) {
         self.after_kernel.store(false, Ordering::Relaxed);
+    }
+
+    /// Kernels queued through this wrapper so far (a count that only grows).
+    pub fn launches(&self) -> u64 {
+        self.launches.load(Ordering::Relaxed)
+    }
+
+    /// Whether everything queued up to the moment [`Self::launches`] read `mark` has finished
+    /// by the time the next kernel queued here starts: an ordinary launch was queued since, or
+    /// the next dependent launch cannot overlap what is ahead of it (and so starts as an
+    /// ordinary one).
+    pub fn finished_before_next(&self, mark: u64) -> bool {
+        self.barrier.load(Ordering::Relaxed) > mark
+            || !(self.ctx.dependent_launch && self.after_kernel.load(Ordering::Relaxed))
     }
 
     pub fn context(&self) -> &Arc<Context> {
@@ -498,6 +520,12 @@ impl Stream {
         // A failed launch queued nothing, but whether the one before it still stands last is
         // not worth tracking: ordinary ordering is always safe.
         self.after_kernel.store(queued.is_ok(), Ordering::Relaxed);
+        if queued.is_ok() {
+            let n = self.launches.fetch_add(1, Ordering::Relaxed) + 1;
+            if !dependent {
+                self.barrier.store(n, Ordering::Relaxed);
+            }
+        }
         queued.map_err(|mut e| {
             e.message = format!("{} ({})", e.message, f.name);
             e

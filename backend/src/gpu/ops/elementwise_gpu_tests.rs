@@ -108,6 +108,7 @@ fn run_case(k: &Kernels, ctx: &Arc<Context>, regs: &[&'static Registration], bui
         info: ctx.info(),
         scratch: &scratch,
         settled: false,
+        ids_ready: false,
     };
     // SAFETY: every tensor's data is a device address inside `buf`, which spans them all and
     // lives until the stream is synchronized below.

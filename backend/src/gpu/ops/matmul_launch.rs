@@ -211,9 +211,17 @@ pub struct MulMatIdShape {
     pub nb1: i64,
     pub nb2: i64,
     pub nb10: i64,
-    pub pad: i64,
+    /// Bit 0 ([`MMID_IDS_EARLY`]): the GEMV-form kernel may read the ids and the experts'
+    /// weights before its tandem_grid_wait.
+    pub flags: i64,
 }
 const _: () = assert!(std::mem::size_of::<MulMatIdShape>() == 128);
+
+/// `MulMatIdShape::flags` bit: the expert ids are in place before the kernel starts
+/// (`LaunchCtx::ids_ready`), so `tandem_mul_mat_id_<t>` of a quantized type reads them, and the
+/// first weights of its experts, before it waits for the kernels ahead
+/// (`TANDEM_MMID_IDS_EARLY` of gemv.hip).
+pub const MMID_IDS_EARLY: i64 = 1;
 
 impl MulMatIdShape {
     pub fn new(dst: &Tensor, src0: &Tensor, src1: &Tensor, ids: &Tensor) -> MulMatIdShape {
@@ -233,7 +241,7 @@ impl MulMatIdShape {
             nb1: dst.nb[1] as i64,
             nb2: dst.nb[2] as i64,
             nb10: src1.nb[0] as i64,
-            pad: 0,
+            flags: 0,
         }
     }
 
@@ -1695,6 +1703,15 @@ pub unsafe fn launch_mul_mat_id(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<
     } else {
         args.push(dptr(src1));
     }
+    // Quantized experts: where the ids are in place ahead of the kernel and no node writes the
+    // experts, it reads the ids and its experts' first weights before waiting for the kernels
+    // ahead (float experts always wait first).
+    let flags = if ctx.ids_ready && ctx.settled && uses_q8_1(w.ty) {
+        MMID_IDS_EARLY
+    } else {
+        0
+    };
+    let s = MulMatIdShape { flags, ..s };
     args.push(dptr(ids)).push(dptr(node.dst)).push(s);
     let cfg = gemv_config(
         w.ty,
@@ -1705,7 +1722,9 @@ pub unsafe fn launch_mul_mat_id(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<
     );
     // SAFETY: (w, [src1, aq, ads | src1], ids, dst, tandem_mmid_shape) as pushed; expert indices
     // are checked on the device before any weight is read. The kernel calls tandem_grid_wait
-    // before it reads anything, so it may be a dependent launch.
+    // before it reads anything but the ids and weights, and reads those before it only with
+    // MMID_IDS_EARLY, set where `ctx.ids_ready` says no kernel ahead of it still writes the ids
+    // and `ctx.settled` that none writes the experts, so it may be a dependent launch.
     unsafe { ctx.stream.launch_dependent(&f, cfg, &mut args) }.map_err(KernelError::Gpu)
 }
 
