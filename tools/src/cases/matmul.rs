@@ -1,6 +1,7 @@
 //! MUL_MAT over every weight type (odd m, n = 1..8, 9, 16, 65 and 300, k at several block
 //! multiples and one past 4096, broadcast batches, permuted src1, chains of products that each
-//! read the one before's result) and MUL_MAT_ID.
+//! read the one before's result) and MUL_MAT_ID (with ids given, and ids an in-graph ARGSORT picks,
+//! right ahead of it or with another kernel between).
 
 use super::{Case, Fill, Setup};
 use tandem_graph::{ElemType, Op};
@@ -70,6 +71,28 @@ fn mul_mat_id(ty: ElemType, m: i64, k: i64, n_expert: i64, n_used: i64, n_tokens
         let a = s.input(ty, &[k, m, n_expert])?;
         let b = s.input(ElemType::F32, &[k, n_b, n_tokens])?;
         let ids = s.input_with(ElemType::I32, &[n_used, n_tokens], Fill::DistinctIndex(n_expert))?;
+        s.g.mul_mat_id(a, b, ids)
+    })
+}
+
+/// MUL_MAT_ID whose ids come from the graph, as a MoE layer's do: the `n_used` largest of
+/// `[n_expert, n_tokens]` logits (ARGSORT, descending, then a view of its first rows), with the
+/// activations scaled in between (`scaled`) or not. On a GPU the kernel ahead of the MUL_MAT_ID
+/// is then the SCALE (the ids were written before it, so the GEMV form may read them before it
+/// waits) or the ARGSORT (it must wait first); a kernel that read them too early would see
+/// another case's ids.
+fn mul_mat_id_routed(ty: ElemType, m: i64, k: i64, n_expert: i64, n_used: i64, n_tokens: i64, scaled: bool) -> Case {
+    let name = format!(
+        "MUL_MAT_ID(type={ty},m={m},k={k},experts={n_expert},used={n_used},tokens={n_tokens},ids=argsort{})",
+        if scaled { ",then=scale" } else { "" }
+    );
+    Case::new(Op::MulMatId, name, move |s: &mut Setup| {
+        let a = s.input(ty, &[k, m, n_expert])?;
+        let b = s.input(ElemType::F32, &[k, 1, n_tokens])?;
+        let logits = s.input_with(ElemType::F32, &[n_expert, n_tokens], Fill::Distinct)?;
+        let order = s.g.argsort(logits, tandem_graph::op::SortOrder::Desc);
+        let ids = s.g.view(order, &[n_used, n_tokens], &[4, 4 * n_expert as usize], 0)?;
+        let b = if scaled { s.g.scale(b, 0.5, 0.0) } else { b };
         s.g.mul_mat_id(a, b, ids)
     })
 }
@@ -199,6 +222,9 @@ pub fn cases(v: &mut Vec<Case>) {
         // its own (rows 16-byte aligned for every type, so on NVIDIA the async walk reads it).
         v.push(mul_mat(ty, 67, 10240, 1, [1, 1], [1, 1]));
         v.push(mul_mat_id(ty, 33, 10240, 4, 2, 2, 1));
+        for (n_tokens, scaled) in [(1, false), (1, true), (3, true)] {
+            v.push(mul_mat_id_routed(ty, 64, 2048, 16, 4, n_tokens, scaled));
+        }
         let kid = if ty.block_size() == 1 { 64 } else { 256 };
         for (n_expert, n_used, n_tokens, n_b) in [
             (4, 2, 1, 1),
