@@ -1429,42 +1429,34 @@ TANDEM_DEVICE void tandem_seg_cp16(u32 dst, const uint4* src) {
 }
 #endif
 
-// The segment GEMV of one column in units (tandem_gemv_<t>_u1; a block per grid.x of each batch
-// grid.y). The rows go in units of R = ws / S whole rows of S segments, S dividing the wave
-// (the launcher's seg_in_units), so a unit is one full step and every row's sum is complete
-// within it. The grid's waves take units gw, gw + (waves of the grid), ... (at any moment the
-// grid reads one compact stretch of the matrix, which streams from memory faster than one
-// stretch per wave); lane l of a unit's step holds segment l % S of the unit's row l / S. Each
-// wave copies its steps with cp.async into a ring of SLOTS stage slots, SLOTS - 1 steps ahead
-// of the one its lanes dot (the first SLOTS - 1 before tandem_grid_wait).
+// The segment GEMV of one column in units (tandem_gemv_<t>_u1, a block per grid.x of each batch
+// grid.y; tandem_mmid_<t>_u1, of each MUL_MAT_ID slot). The rows go in units of R = ws / S whole
+// rows of S segments, S dividing the wave (the launcher's seg_in_units), so a unit is one full
+// step and every row's sum is complete within it. The grid's waves take units gw, gw + (waves of
+// the grid), ... (at any moment the grid reads one compact stretch of the matrix, which streams
+// from memory faster than one stretch per wave); lane l of a unit's step holds segment l % S of
+// the unit's row l / S. Each wave copies its steps with cp.async into a ring of SLOTS stage
+// slots, SLOTS - 1 steps ahead of the one its lanes dot (the first SLOTS - 1 before
+// tandem_grid_wait).
+
+#if defined(TANDEM_SEG_ASYNC)
+// The units walk of m rows of k weights at wbase (back to back, 16-byte aligned) against the
+// column at act (element stride nb10; nb11 only for the vector-load test), the row sums to the
+// f32 run at out.
 template <typename T, int SLOTS>
-TANDEM_DEVICE void tandem_gemv_segu(const char* w, const char* src1, char* dst, const tandem_mm_shape& s) {
-#if !defined(TANDEM_SEG_ASYNC)
-    // Never launched without cp.async (seg_in_units); the stretch walk keeps the entry whole.
-    tandem_gemv_seg<T>(w, src1, dst, s);
-#else
+TANDEM_DEVICE void tandem_segu_rows(const u8* wbase, i64 m, i64 k, const char* act, i64 nb10, i64 nb11, char* out) {
     static_assert(SLOTS >= 2, "one step copied while another is dotted");
     extern __shared__ __align__(16) u8 tandem_mv_smem[];
     constexpr int NV = (T::BYTES + 15) / 16;  // 16-byte loads per lane and step, at most
-    tandem_grid_release();
-    const i64 b = blockIdx.y;
-    if (b >= s.ne12 * s.ne13) return;
-    i64 i12 = 0, i13 = 0;
-    const u8* wbase = (const u8*)w;
-    if (b > 0) {
-        i12 = b % s.ne12;
-        i13 = b / s.ne12;
-        wbase += (i12 / s.r2) * s.nb02 + (i13 / s.r3) * s.nb03;
-    }
     const int lane = threadIdx.x % warpSize, ws = warpSize;
     const int wave = threadIdx.x / warpSize, nw = blockDim.x / warpSize;
     const int step16 = ws * T::BYTES / 16;  // 16-byte units of a step
     uint4* stage = (uint4*)tandem_mv_smem + wave * SLOTS * step16;
-    const int S = (int)(s.k / (32 * T::G));  // segments per row, dividing ws
+    const int S = (int)(k / (32 * T::G));  // segments per row, dividing ws
     const int R = (int)((u32)ws / (u32)S);
     // 32-bit divisions: the launcher keeps m (so the units and waves) below 2^31.
     const u32 nwt = gridDim.x * (u32)nw, gw = blockIdx.x * (u32)nw + (u32)wave;
-    const u32 units = ((u32)s.m + (u32)R - 1) / (u32)R;
+    const u32 units = ((u32)m + (u32)R - 1) / (u32)R;
     const i64 unit_bytes = (i64)ws * T::BYTES;
     // This wave's steps: units gw, gw + nwt, ...
     const i64 nsteps = gw < units ? (i64)((units - 1 - gw) / nwt + 1) : 0;
@@ -1474,7 +1466,7 @@ TANDEM_DEVICE void tandem_gemv_segu(const char* w, const char* src1, char* dst, 
     const auto fetch = [&](i64 i) {
         const i64 u = gw + i * nwt;
         const uint4* src = (const uint4*)(wbase + u * unit_bytes);
-        const i64 rows = s.m - u * R < R ? s.m - u * R : R;
+        const i64 rows = m - u * R < R ? m - u * R : R;
         const i64 left = rows * S * T::BYTES / 16;
         const int n16 = (int)(left < step16 ? left : step16);
         const u32 at = stage_at + (u32)((int)(i % SLOTS) * step16 * 16);
@@ -1495,16 +1487,13 @@ TANDEM_DEVICE void tandem_gemv_segu(const char* w, const char* src1, char* dst, 
     // The test, always true, puts the wait in a block of its own: unconditional, ptxas moved the
     // loads below it (NVRTC 13.5).
     if (gw < nwt) tandem_grid_wait();
-    const char* act = src1 + i12 * s.nb12 + i13 * s.nb13;
     float xa[TANDEM_MV_QUANT_UNROLL][16];
-    tandem_mv_quant_load(xa, act, s.nb10, tandem_mv_quant_vec(act, s.nb10, s.nb11), (int)(s.k / 16),
-                         (int)threadIdx.x - lane);
+    tandem_mv_quant_load(xa, act, nb10, tandem_mv_quant_vec(act, nb10, nb11), (int)(k / 16), (int)threadIdx.x - lane);
     i8* sq = (i8*)(tandem_mv_smem + nw * SLOTS * step16 * 16);
-    float2* sd = (float2*)(sq + s.k);
-    int* sp = (int*)(sd + s.k / 32);  // PARTS: the halves' sums
-    tandem_mv_quantize_block<T::G, T::PARTS>(act, s.nb10, s.nb11, s.k, 1, sq, sd, xa, sp);
+    float2* sd = (float2*)(sq + k);
+    int* sp = (int*)(sd + k / 32);  // PARTS: the halves' sums
+    tandem_mv_quantize_block<T::G, T::PARTS>(act, nb10, nb11, k, 1, sq, sd, xa, sp);
     __syncthreads();
-    char* out = dst + i12 * s.nb2 + i13 * s.nb3;
     const int rr = lane / S, sg = lane % S;  // the lane's segment sg of the unit's row rr
     for (i64 i = 0; i < nsteps; ++i) {
         const i64 u = gw + i * nwt;
@@ -1515,7 +1504,7 @@ TANDEM_DEVICE void tandem_gemv_segu(const char* w, const char* src1, char* dst, 
         if (i + SLOTS - 1 < nsteps) fetch(i + SLOTS - 1);
         asm volatile("cp.async.commit_group;" ::: "memory");
         const uint4* here = stage + (int)(i % SLOTS) * step16;
-        const i64 rows = s.m - u * R < R ? s.m - u * R : R;
+        const i64 rows = m - u * R < R ? m - u * R : R;
         const bool valid = rr < rows;
         float v = 0.0f;
         if (valid) {
@@ -1533,6 +1522,27 @@ TANDEM_DEVICE void tandem_gemv_segu(const char* w, const char* src1, char* dst, 
         if (valid && sg == 0) *(float*)(out + (u * R + rr) * 4) = v;
     }
     asm volatile("cp.async.wait_group 0;" ::: "memory");
+}
+#endif
+
+template <typename T, int SLOTS>
+TANDEM_DEVICE void tandem_gemv_segu(const char* w, const char* src1, char* dst, const tandem_mm_shape& s) {
+#if !defined(TANDEM_SEG_ASYNC)
+    // Never launched without cp.async (seg_in_units); the stretch walk keeps the entry whole.
+    tandem_gemv_seg<T>(w, src1, dst, s);
+#else
+    tandem_grid_release();
+    const i64 b = blockIdx.y;
+    if (b >= s.ne12 * s.ne13) return;
+    i64 i12 = 0, i13 = 0;
+    const u8* wbase = (const u8*)w;
+    if (b > 0) {
+        i12 = b % s.ne12;
+        i13 = b / s.ne12;
+        wbase += (i12 / s.r2) * s.nb02 + (i13 / s.r3) * s.nb03;
+    }
+    tandem_segu_rows<T, SLOTS>(wbase, s.m, s.k, src1 + i12 * s.nb12 + i13 * s.nb13, s.nb10, s.nb11,
+                               dst + i12 * s.nb2 + i13 * s.nb3);
 #endif
 }
 
@@ -1634,6 +1644,38 @@ TANDEM_DEVICE void tandem_mmid_float(const char* w, const char* src1, const char
     }
     const u8* wrow = (const u8*)w + row * s.nb01 + e * s.nb02;
     tandem_mv_float_rows<T, 1, 1>(wrow, s.nb01, 1, s.k, act, 0, 1, out, 0);
+}
+
+// MUL_MAT_ID in units (tandem_mmid_<t>_u1): block (units of the slot's expert, slot u + n_used * t),
+// as the GEMV form's tandem_mmid_quant but the expert's rows walked as tandem_gemv_<t>_u1 walks
+// a batch's. With TANDEM_MMID_IDS_EARLY the ids and the first steps are read before the wait. A
+// bad expert index gives NaN rows (this block's units), no weight read.
+template <typename T, int SLOTS>
+TANDEM_DEVICE void tandem_mmid_segu(const char* w, const char* src1, const char* ids, char* dst,
+                                    const tandem_mmid_shape& s) {
+    tandem_grid_release();
+    if ((s.flags & TANDEM_MMID_IDS_EARLY) == 0) tandem_grid_wait();
+    const i64 slot = blockIdx.y;
+    if (slot >= s.n_used * s.n_tokens) return;
+    const i64 u = slot % s.n_used, t = slot / s.n_used;
+    const i64 e = tandem_mmid_expert(ids, s, u, t);
+    char* out = dst + u * s.nb1 + t * s.nb2;
+#if defined(TANDEM_SEG_ASYNC)
+    if (e >= 0) {
+        tandem_segu_rows<T, SLOTS>((const u8*)w + e * s.nb02, s.m, s.k, src1 + (u % s.n_b) * s.nb11 + t * s.nb12,
+                                   s.nb10, 0, out);
+        return;
+    }
+#endif
+    // A bad index (or, never launched so, a device without cp.async): NaN in this block's share
+    // of the rows, the units of its waves.
+    tandem_grid_wait();
+    const int S = (int)(s.k / (32 * T::G)), R = warpSize / S;
+    const i64 units = (s.m + R - 1) / R, nwt = (i64)gridDim.x * (blockDim.x / warpSize);
+    const int lane = threadIdx.x % warpSize;
+    for (i64 un = (i64)blockIdx.x * (blockDim.x / warpSize) + threadIdx.x / warpSize; un < units; un += nwt) {
+        if (un * R + lane < s.m && lane < R) *(float*)(out + (un * R + lane) * 4) = __int_as_float(0x7fc00000);
+    }
 }
 
 // f32 activations to q8_1: four consecutive values per thread (one 16-byte load where the
@@ -1756,3 +1798,7 @@ TANDEM_MV_KERNEL tandem_mul_mat_id_q4_K(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<
 TANDEM_MV_KERNEL tandem_mul_mat_id_q5_K(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q5_K>(w, src1, aq, ads, ids, dst, s); }
 TANDEM_MV_KERNEL tandem_mul_mat_id_q6_K(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q6_K>(w, src1, aq, ads, ids, dst, s); }
 TANDEM_MV_KERNEL tandem_mul_mat_id_iq4_nl(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_iq4_nl>(w, src1, aq, ads, ids, dst, s); }
+TANDEM_MV_KERNEL tandem_mmid_q4_0_u1(TANDEM_MMID_ARGS_F) { tandem_mmid_segu<tandem_seg_q4_0, 2>(w, src1, ids, dst, s); }
+TANDEM_MV_KERNEL tandem_mmid_q8_0_u1(TANDEM_MMID_ARGS_F) { tandem_mmid_segu<tandem_seg_q8_0, 3>(w, src1, ids, dst, s); }
+TANDEM_MV_KERNEL tandem_mmid_q4_K_u1(TANDEM_MMID_ARGS_F) { tandem_mmid_segu<tandem_seg_q4_K, 2>(w, src1, ids, dst, s); }
+TANDEM_MV_KERNEL tandem_mmid_q6_K_u1(TANDEM_MMID_ARGS_F) { tandem_mmid_segu<tandem_seg_q6_K, 2>(w, src1, ids, dst, s); }

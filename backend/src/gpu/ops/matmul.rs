@@ -710,6 +710,84 @@ mod tests {
         assert_eq!(parts(&s), (32, 32, 1, 32));
     }
 
+    /// MUL_MAT_ID in units: the types and rows the one-column GEMV takes in units, experts whose
+    /// rows are back to back from 16-byte-aligned bases, up to eight tokens; two blocks per SM
+    /// over all slots, no more than give each wave a unit.
+    #[test]
+    fn mul_mat_id_in_units() {
+        use super::super::matmul_launch::{mmid_in_units, mmid_units_config, mmid_units_entry};
+        let shape = |ty: ElemType, m: i64, k: i64, n_expert: i64, n_used: i64, n_tokens: i64| {
+            let nb01 = ty.row_size(k).unwrap() as i64;
+            MulMatIdShape {
+                k,
+                m,
+                n_expert,
+                n_used,
+                n_tokens,
+                n_b: 1,
+                nb01,
+                nb02: nb01 * m,
+                nb11: 4 * k,
+                nb12: 4 * k,
+                ids_nb0: 4,
+                ids_nb1: 4 * n_used,
+                nb1: 4 * m,
+                nb2: 4 * m * n_used,
+                nb10: 4,
+                flags: 0,
+            }
+        };
+        let base = DevicePtr(1 << 20);
+        for ty in [ElemType::Q4_0, ElemType::Q4K, ElemType::Q8_0, ElemType::Q6K] {
+            let name = mmid_units_entry(ty).unwrap();
+            assert!(tandem_kernels_hip::find(GEMV_FAMILY).unwrap().entries.contains(&name));
+            let s = shape(ty, 768, 2048, 128, 8, 1);
+            assert!(mmid_in_units(ty, base, &s, 32, "sm_90"), "{ty}");
+            // Not on devices without cp.async, not past eight tokens, not for rows the GEMV
+            // keeps out of units (q4_0 at 3072: 12 segments), not with a padded row or an
+            // expert base off 16 bytes.
+            assert!(!mmid_in_units(ty, base, &s, 32, "sm_75") && !mmid_in_units(ty, base, &s, 64, "gfx942"));
+            assert!(!mmid_in_units(ty, base, &shape(ty, 768, 2048, 128, 8, 9), 32, "sm_90"));
+            assert!(!mmid_in_units(ty, base, &shape(ty, 768, 3072, 128, 8, 1), 32, "sm_90"));
+            assert!(!mmid_in_units(
+                ty,
+                base,
+                &MulMatIdShape { nb01: s.nb01 + 16, ..s },
+                32,
+                "sm_90"
+            ));
+            assert!(!mmid_in_units(
+                ty,
+                base,
+                &MulMatIdShape { nb02: s.nb02 + 8, ..s },
+                32,
+                "sm_90"
+            ));
+            assert!(!mmid_in_units(ty, DevicePtr(base.0 + 8), &s, 32, "sm_90"));
+        }
+        for ty in [ElemType::IQ4NL, ElemType::Q5K, ElemType::F16] {
+            assert!(
+                mmid_units_entry(ty).is_none()
+                    && !mmid_in_units(ty, base, &shape(ty, 768, 2048, 128, 8, 1), 32, "sm_90")
+            );
+        }
+        // 128 experts top-8, 768 x 2048 q4_0: units of four rows (eight segments a row), 192 a
+        // slot; two blocks per SM would be 33 a slot, but 24 blocks of eight waves give each
+        // unit a wave.
+        let s = shape(ElemType::Q4_0, 768, 2048, 128, 8, 1);
+        let c = mmid_units_config(ElemType::Q4_0, &s, 8, 32, 132);
+        assert_eq!(
+            (c.grid, c.block, c.shared_bytes),
+            ([24, 8, 1], [256, 1, 1], 8 * 2 * 32 * 144 + 2048 + 512)
+        );
+        // One token of 4 experts, 2048 x 4096 q4_K: 1024 units a slot, 66 blocks a slot.
+        let c = mmid_units_config(ElemType::Q4K, &shape(ElemType::Q4K, 2048, 4096, 32, 4, 1), 8, 32, 132);
+        assert_eq!(c.grid, [66, 4, 1]);
+        // Few rows: a unit per wave at most (33 rows of k = 256: two units of 32 rows, one block).
+        let c = mmid_units_config(ElemType::Q4_0, &shape(ElemType::Q4_0, 33, 256, 4, 2, 3), 8, 32, 132);
+        assert_eq!(c.grid, [1, 6, 1]);
+    }
+
     #[test]
     fn grouped_mul_mat_id_geometry() {
         let s = MulMatIdShape {

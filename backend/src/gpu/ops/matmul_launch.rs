@@ -1679,9 +1679,35 @@ pub unsafe fn launch_mul_mat_id(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<
         // SAFETY: forwarded.
         return unsafe { launch_mul_mat_id_grouped(ctx, node, w, src1, ids, &s, tiles, lists_bytes) };
     }
+    let waves = gemv_waves(ctx.info.warp_size);
+    let (warp, units) = (ctx.info.warp_size, ctx.info.compute_units);
+    // The experts may be read before the wait where the ids are in place ahead of the kernel and
+    // no node writes the experts (float experts always wait first).
+    let early = ctx.ids_ready && ctx.settled && uses_q8_1(w.ty);
+    let flags = if early { MMID_IDS_EARLY } else { 0 };
+    if let Some(entry) = mmid_units_entry(w.ty).filter(|_| mmid_in_units(w.ty, dptr(w), &s, warp, &ctx.info.arch)) {
+        let f = ctx.kernels.function(GEMV_FAMILY, entry)?;
+        let s = MulMatIdShape { flags, ..s };
+        let mut args = KernelArgs::new();
+        args.push(dptr(w))
+            .push(dptr(src1))
+            .push(dptr(ids))
+            .push(dptr(node.dst))
+            .push(s);
+        // SAFETY: (w, src1, ids, dst, tandem_mmid_shape); each slot's expert (checked on the
+        // device before any weight is read) has m rows of `nb01` bytes back to back from a
+        // 16-byte-aligned base (`mmid_in_units`), read in 16-byte units up to their end; the
+        // block quantizes its slot's column into the shared memory the config counts. It reads
+        // only the ids and weights before tandem_grid_wait, and those only with MMID_IDS_EARLY
+        // (as below), so it may be a dependent launch.
+        return unsafe {
+            ctx.stream
+                .launch_dependent(&f, mmid_units_config(w.ty, &s, waves, warp, units), &mut args)
+        }
+        .map_err(KernelError::Gpu);
+    }
     let names = entries(w.ty).ok_or_else(|| launch_error("mul_mat_id", "no kernel for this weight type"))?;
     let f = ctx.kernels.function(GEMV_FAMILY, names[2])?;
-    let waves = gemv_waves(ctx.info.warp_size);
     let per_block = if uses_q8_1(w.ty) {
         waves * rows_per_wave(s.m * s.slots(), waves, ctx.info.compute_units)
     } else {
@@ -1703,14 +1729,6 @@ pub unsafe fn launch_mul_mat_id(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<
     } else {
         args.push(dptr(src1));
     }
-    // Quantized experts: where the ids are in place ahead of the kernel and no node writes the
-    // experts, it reads the ids and its experts' first weights before waiting for the kernels
-    // ahead (float experts always wait first).
-    let flags = if ctx.ids_ready && ctx.settled && uses_q8_1(w.ty) {
-        MMID_IDS_EARLY
-    } else {
-        0
-    };
     let s = MulMatIdShape { flags, ..s };
     args.push(dptr(ids)).push(dptr(node.dst)).push(s);
     let cfg = gemv_config(
@@ -1726,6 +1744,60 @@ pub unsafe fn launch_mul_mat_id(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<
     // MMID_IDS_EARLY, set where `ctx.ids_ready` says no kernel ahead of it still writes the ids
     // and `ctx.settled` that none writes the experts, so it may be a dependent launch.
     unsafe { ctx.stream.launch_dependent(&f, cfg, &mut args) }.map_err(KernelError::Gpu)
+}
+
+/// The name `TANDEM_DISABLE_DISPATCH` takes to keep MUL_MAT_ID off its units form
+/// (`tandem_mmid_<t>_u1`; the GEMV form `tandem_mul_mat_id_<t>` runs instead).
+/// [`SEG_UNITS_SWITCH`] keeps it off too.
+pub const MMID_UNITS_SWITCH: &str = "hip.mmid.units";
+
+/// MUL_MAT_ID in units (`tandem_mmid_<t>_u1`: each slot's expert walked as the one-column
+/// segment GEMV walks a batch in units) for experts of `ty`: q4_0, q4_K, q8_0 and q6_K.
+pub fn mmid_units_entry(ty: ElemType) -> Option<&'static str> {
+    match ty {
+        ElemType::Q4_0 => Some("tandem_mmid_q4_0_u1"),
+        ElemType::Q4K => Some("tandem_mmid_q4_K_u1"),
+        ElemType::Q8_0 => Some("tandem_mmid_q8_0_u1"),
+        ElemType::Q6K => Some("tandem_mmid_q6_K_u1"),
+        _ => None,
+    }
+}
+
+/// Whether a GEMV-form MUL_MAT_ID (at most [`GEMV_MAX_COLUMNS`] tokens) of experts of `ty` at
+/// `base` with shape `s` runs in units on a device with `warp_size`-lane waves and compile
+/// target `arch`: rows of `k` weights that the one-column GEMV takes in
+/// units ([`seg_in_units`]), k a multiple of 256, each expert's rows back to back and every
+/// expert's base 16-byte aligned, the block's shared memory within a block's limit, and
+/// [`MMID_UNITS_SWITCH`] not given.
+pub fn mmid_in_units(ty: ElemType, base: DevicePtr, s: &MulMatIdShape, warp_size: u32, arch: &str) -> bool {
+    mmid_units_entry(ty).is_some()
+        && s.n_tokens <= GEMV_MAX_COLUMNS
+        && s.k > 0
+        && s.k % 256 == 0
+        && seg_in_units(ty, s.k, warp_size, arch)
+        && ty.row_size(s.k).is_some_and(|r| r as i64 == s.nb01)
+        && (base.0 as i64 | s.nb02) % 16 == 0
+        && s.m > 0
+        && s.m <= i64::from(i32::MAX)
+        && s.slots() <= MAX_GRID_YZ
+        && seg_block_shared(ty, s.k, gemv_waves(warp_size), warp_size, true) <= i64::from(seg_shared_limit(arch))
+        && !crate::config::Config::get().is_disabled(MMID_UNITS_SWITCH)
+}
+
+/// Launch geometry of `tandem_mmid_<t>_u1`: one grid row per slot, and per slot as many
+/// blocks of `waves` waves as give the grid about two per SM/CU over all slots (as the
+/// one-column GEMV in units), no more than give every wave a unit.
+pub fn mmid_units_config(ty: ElemType, s: &MulMatIdShape, waves: i64, warp_size: u32, units: u32) -> LaunchConfig {
+    let rows = (i64::from(warp_size) / seg_segments(ty, s.k).max(1)).max(1);
+    let work = (s.m.max(1) + rows - 1) / rows;
+    let slots = s.slots().max(1);
+    let wanted = (2 * i64::from(units.max(1)) + slots - 1) / slots;
+    let per_slot = wanted.min((work + waves - 1) / waves).max(1);
+    LaunchConfig {
+        grid: [per_slot as u32, slots.min(MAX_GRID_YZ) as u32, 1],
+        block: [GEMV_THREADS, 1, 1],
+        shared_bytes: seg_block_shared(ty, s.k, waves, warp_size, true) as u32,
+    }
 }
 
 /// The tensor-core MUL_MAT_ID entry (tokens grouped by expert) for experts of `ty`, if any.
