@@ -18,7 +18,9 @@
 //!   three; [`seg_unit_slots`]). Float
 //!   weights: block 128, grid (ceil(m / rows), batches), `GEMV_FLOAT_ROWS` rows per block for
 //!   one column (else one), each thread loading several 16-byte vectors of every row at once.
-//! - `tandem_mul_mat_id_<type>`: as the GEMV of its type, grid.y = n_used * n_tokens.
+//! - `tandem_mul_mat_id_<type>`: as the GEMV of its type, grid.y = n_used * n_tokens;
+//!   `tandem_mmid_<t>_u1` (q4_0, q4_K, q8_0 and q6_K where [`mmid_in_units`]): as
+//!   `tandem_gemv_<t>_u1` on each slot's expert, grid ([`mmid_units_config`], n_used * n_tokens).
 //! - `tandem_gemm_<type>`: block 256, grid (ceil(n / 64), ceil(m / 64), batches); 64 x 64 tiles.
 //! - `tandem_mma_<type>` (NVIDIA sm_80+, see [`mma_entry`] and [`mma_tile`]): int8 mma on the
 //!   q8_1 copy of src1 for weights in 32-value groups, f16 (bf16) mma on an f16 (bf16) copy of
