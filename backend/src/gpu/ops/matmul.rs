@@ -742,28 +742,17 @@ mod tests {
             let name = mmid_units_entry(ty).unwrap();
             assert!(tandem_kernels_hip::find(GEMV_FAMILY).unwrap().entries.contains(&name));
             let s = shape(ty, 768, 2048, 128, 8, 1);
-            assert!(mmid_in_units(ty, base, &s, 32, "sm_90"), "{ty}");
+            let on_sm90 = |at: DevicePtr, s: MulMatIdShape| mmid_in_units(ty, at, &s, 32, "sm_90");
+            assert!(on_sm90(base, s), "{ty}");
             // Not on devices without cp.async, not past eight tokens, not for rows the GEMV
             // keeps out of units (q4_0 at 3072: 12 segments), not with a padded row or an
             // expert base off 16 bytes.
             assert!(!mmid_in_units(ty, base, &s, 32, "sm_75") && !mmid_in_units(ty, base, &s, 64, "gfx942"));
-            assert!(!mmid_in_units(ty, base, &shape(ty, 768, 2048, 128, 8, 9), 32, "sm_90"));
-            assert!(!mmid_in_units(ty, base, &shape(ty, 768, 3072, 128, 8, 1), 32, "sm_90"));
-            assert!(!mmid_in_units(
-                ty,
-                base,
-                &MulMatIdShape { nb01: s.nb01 + 16, ..s },
-                32,
-                "sm_90"
-            ));
-            assert!(!mmid_in_units(
-                ty,
-                base,
-                &MulMatIdShape { nb02: s.nb02 + 8, ..s },
-                32,
-                "sm_90"
-            ));
-            assert!(!mmid_in_units(ty, DevicePtr(base.0 + 8), &s, 32, "sm_90"));
+            assert!(!on_sm90(base, shape(ty, 768, 2048, 128, 8, 9)));
+            assert!(!on_sm90(base, shape(ty, 768, 3072, 128, 8, 1)));
+            assert!(!on_sm90(base, MulMatIdShape { nb01: s.nb01 + 16, ..s }));
+            assert!(!on_sm90(base, MulMatIdShape { nb02: s.nb02 + 8, ..s }));
+            assert!(!on_sm90(DevicePtr(base.0 + 8), s));
         }
         for ty in [ElemType::IQ4NL, ElemType::Q5K, ElemType::F16] {
             assert!(
