@@ -357,8 +357,13 @@ impl Stream {
     /// the next dependent launch cannot overlap what is ahead of it (and so starts as an
     /// ordinary one).
     pub fn finished_before_next(&self, mark: u64) -> bool {
-        self.barrier.load(Ordering::Relaxed) > mark
-            || !(self.ctx.dependent_launch && self.after_kernel.load(Ordering::Relaxed))
+        self.barrier.load(Ordering::Relaxed) > mark || !self.next_overlaps()
+    }
+
+    /// Whether a dependent launch queued now would overlap the work ahead of it: the device
+    /// overlaps them and a kernel was queued last.
+    fn next_overlaps(&self) -> bool {
+        self.ctx.dependent_launch && self.after_kernel.load(Ordering::Relaxed)
     }
 
     pub fn context(&self) -> &Arc<Context> {
@@ -492,7 +497,7 @@ impl Stream {
     /// As [`Self::launch`]; and `f` calls tandem_grid_wait before it writes anything or reads
     /// anything but memory that no work queued ahead of it on this stream writes.
     pub unsafe fn launch_dependent(&self, f: &Function, cfg: LaunchConfig, args: &mut KernelArgs) -> GpuResult<()> {
-        let overlap = self.ctx.dependent_launch && self.after_kernel.load(Ordering::Relaxed);
+        let overlap = self.next_overlaps();
         // SAFETY: forwarded contract.
         unsafe { self.queue_kernel(f, cfg, args, overlap) }
     }
