@@ -144,6 +144,9 @@ pub fn cases(batched: bool) -> Vec<Case> {
         v.push(mul_mat(ElemType::Q4_0, m, 4096, 1));
     }
     v.push(mul_mat(ElemType::Q4_0, 4096, 4096, 1));
+    // f16 decode of the other shapes: an attention projection and the FFN's down projection.
+    v.push(mul_mat(ElemType::F16, 4096, 4096, 1));
+    v.push(mul_mat(ElemType::F16, 4096, 14336, 1));
     if batched {
         for ty in [
             ElemType::Q4_0,
