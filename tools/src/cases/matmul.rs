@@ -97,6 +97,51 @@ fn mul_mat_id_routed(ty: ElemType, m: i64, k: i64, n_expert: i64, n_used: i64, n
     })
 }
 
+/// MUL_MAT_ID whose activations and ids are both computed in the graph and finished by the time
+/// it can start: the activations scaled first, then the ids from an ARGSORT, then a SCALE of
+/// something else (an ordinary launch after both writers). On a GPU a kernel that reads them
+/// early (before it waits for the kernels ahead) must still see the written values.
+fn mul_mat_id_computed_ahead(ty: ElemType, m: i64, k: i64, n_expert: i64, n_used: i64, n_tokens: i64) -> Case {
+    let name = format!(
+        "MUL_MAT_ID(type={ty},m={m},k={k},experts={n_expert},used={n_used},tokens={n_tokens},x=scale,ids=argsort,then=scale)"
+    );
+    Case::new(Op::MulMatId, name, move |s: &mut Setup| {
+        let a = s.input(ty, &[k, m, n_expert])?;
+        let b = s.input(ElemType::F32, &[k, 1, n_tokens])?;
+        let logits = s.input_with(ElemType::F32, &[n_expert, n_tokens], Fill::Distinct)?;
+        let b = s.g.scale(b, 0.5, 0.25);
+        let order = s.g.argsort(logits, tandem_graph::op::SortOrder::Desc);
+        let ids = s.g.view(order, &[n_used, n_tokens], &[4, 4 * n_expert as usize], 0)?;
+        s.g.scale(logits, 2.0, 0.0);
+        s.g.mul_mat_id(a, b, ids)
+    })
+}
+
+/// One column whose activations are computed two kernels ahead (`after`: a SCALE of another
+/// input between, an ordinary launch, so a GPU kernel may read them before it waits) or right
+/// ahead of a first product of the same column (`after` false: that GEMV, a dependent launch,
+/// stands between, so the second must wait before it reads them). The result is the second
+/// product (or the only one).
+fn mul_mat_computed_ahead(ty: ElemType, m: i64, k: i64, after: bool) -> Case {
+    let name = format!(
+        "MUL_MAT(type={ty},m={m},k={k},n=1,x=scale,{})",
+        if after { "then=scale" } else { "then=mul_mat" }
+    );
+    Case::new(Op::MulMat, name, move |s: &mut Setup| {
+        let a = s.input(ty, &[k, m])?;
+        let b = s.input(ElemType::F32, &[k, 1])?;
+        let b = s.g.scale(b, 0.5, 0.25);
+        if after {
+            let other = s.input(ElemType::F32, &[k, 1])?;
+            s.g.scale(other, 2.0, 0.0);
+        } else {
+            let first = s.input(ty, &[k, m])?;
+            s.g.mul_mat(first, b)?;
+        }
+        s.g.mul_mat(a, b)
+    })
+}
+
 pub fn cases(v: &mut Vec<Case>) {
     for ty in WEIGHT_TYPES {
         let k = ks(ty);
@@ -201,6 +246,12 @@ pub fn cases(v: &mut Vec<Case>) {
             v.push(mul_mat(ty, 33793, 256, 1, [1, 1], [1, 1]));
             v.push(mul_mat_chain(ty, 4096, 1, 3));
         }
+        // Activations computed ahead: read before the wait where an ordinary launch came after
+        // their writer (NVIDIA sm_90 with dependent launches, the one-column GEMV in units), not
+        // where a dependent GEMV stands between.
+        for after in [true, false] {
+            v.push(mul_mat_computed_ahead(ty, 2113, 4096, after));
+        }
         // q8_0 takes segments (four blocks) only in units (NVIDIA sm_80+, 2 .. 32 segments a
         // row): one row a unit with broadcast batches, two, four and sixteen rows a unit with a
         // last unit of fewer, and a chain.
@@ -225,6 +276,7 @@ pub fn cases(v: &mut Vec<Case>) {
         for (n_tokens, scaled) in [(1, false), (1, true), (3, true)] {
             v.push(mul_mat_id_routed(ty, 64, 2048, 16, 4, n_tokens, scaled));
         }
+        v.push(mul_mat_id_computed_ahead(ty, 64, 2048, 16, 4, 1));
         let kid = if ty.block_size() == 1 { 64 } else { 256 };
         for (n_expert, n_used, n_tokens, n_b) in [
             (4, 2, 1, 1),
