@@ -26,7 +26,7 @@ struct tandem_mm_shape {
     i64 nb01, nb02, nb03;
     i64 nb10, nb11, nb12, nb13;
     i64 nb1, nb2, nb3;
-    i64 pad;
+    i64 flags;  // used by gemv.hip only
 };
 
 TANDEM_DEVICE float tandem_mm_half(const u8* p) {

@@ -50,8 +50,13 @@ struct tandem_mm_shape {
     i64 nb01, nb02, nb03;        // weight byte strides
     i64 nb10, nb11, nb12, nb13;  // src1 byte strides (f32 elements)
     i64 nb1, nb2, nb3;           // dst byte strides (dst elements are contiguous f32)
-    i64 pad;
+    i64 flags;                   // TANDEM_MM_ACT_EARLY (tandem_gemv_<t>_u1 only)
 };
+
+// tandem_mm_shape::flags: the activations are in place before the kernel starts (MM_ACT_EARLY of
+// matmul_launch.rs), so tandem_gemv_<t>_u1 reads and quantizes its column before
+// tandem_grid_wait (writing only shared memory there).
+#define TANDEM_MM_ACT_EARLY 1
 
 // Mirrors `MulMatIdShape` in backend/src/gpu/ops/matmul_launch.rs (sixteen i64).
 struct tandem_mmid_shape {
@@ -62,13 +67,16 @@ struct tandem_mmid_shape {
     i64 ids_nb0, ids_nb1;       // ids byte strides
     i64 nb1, nb2;               // dst byte strides
     i64 nb10;                   // src1 element stride
-    i64 flags;                  // TANDEM_MMID_IDS_EARLY
+    i64 flags;                  // TANDEM_MMID_IDS_EARLY, TANDEM_MMID_ACT_EARLY
 };
 
 // tandem_mmid_shape::flags: the ids are in place before the kernel starts (MMID_IDS_EARLY of
 // matmul_launch.rs), so the GEMV form reads them, and its experts' first weights, before
 // tandem_grid_wait.
 #define TANDEM_MMID_IDS_EARLY 1
+// With it, the activations are in place too (MMID_ACT_EARLY): tandem_mmid_<t>_u1 reads and
+// quantizes its slot's column before the wait as well.
+#define TANDEM_MMID_ACT_EARLY 2
 
 // Mirrors `Q8Shape` in backend/src/gpu/ops/matmul_launch.rs: src1 as [k, ne1, ne2, ne3] with
 // byte strides; column c = i1 + ne1 * (i2 + ne2 * i3) of the q8_1 copy.
@@ -1442,9 +1450,12 @@ TANDEM_DEVICE void tandem_seg_cp16(u32 dst, const uint4* src) {
 #if defined(TANDEM_SEG_ASYNC)
 // The units walk of m rows of k weights at wbase (back to back, 16-byte aligned) against the
 // column at act (element stride nb10; nb11 only for the vector-load test), the row sums to the
-// f32 run at out.
+// f32 run at out. With act_early the column is read and quantized before tandem_grid_wait (the
+// launcher knows no kernel ahead still writes it); nothing but shared memory is written before
+// the wait either way.
 template <typename T, int SLOTS>
-TANDEM_DEVICE void tandem_segu_rows(const u8* wbase, i64 m, i64 k, const char* act, i64 nb10, i64 nb11, char* out) {
+TANDEM_DEVICE void tandem_segu_rows(const u8* wbase, i64 m, i64 k, const char* act, i64 nb10, i64 nb11, char* out,
+                                    bool act_early) {
     static_assert(SLOTS >= 2, "one step copied while another is dotted");
     extern __shared__ __align__(16) u8 tandem_mv_smem[];
     constexpr int NV = (T::BYTES + 15) / 16;  // 16-byte loads per lane and step, at most
@@ -1483,10 +1494,10 @@ TANDEM_DEVICE void tandem_segu_rows(const u8* wbase, i64 m, i64 k, const char* a
         if (i < nsteps) fetch(i);
         asm volatile("cp.async.commit_group;" ::: "memory");
     }
-    // Weights only before it (under a dependent launch these loads overlap the kernel ahead).
-    // The test, always true, puts the wait in a block of its own: unconditional, ptxas moved the
-    // loads below it (NVRTC 13.5).
-    if (gw < nwt) tandem_grid_wait();
+    // Weights only before it (under a dependent launch these loads overlap the kernel ahead),
+    // and the column with act_early. The test, always true, puts the wait in a block of its own:
+    // unconditional, ptxas moved the loads below it (NVRTC 13.5).
+    if (!act_early && gw < nwt) tandem_grid_wait();
     float xa[TANDEM_MV_QUANT_UNROLL][16];
     tandem_mv_quant_load(xa, act, nb10, tandem_mv_quant_vec(act, nb10, nb11), (int)(k / 16), (int)threadIdx.x - lane);
     i8* sq = (i8*)(tandem_mv_smem + nw * SLOTS * step16 * 16);
@@ -1494,6 +1505,8 @@ TANDEM_DEVICE void tandem_segu_rows(const u8* wbase, i64 m, i64 k, const char* a
     int* sp = (int*)(sd + k / 32);  // PARTS: the halves' sums
     tandem_mv_quantize_block<T::G, T::PARTS>(act, nb10, nb11, k, 1, sq, sd, xa, sp);
     __syncthreads();
+    // Before the first output is written (the kernels ahead may still read that memory).
+    if (act_early) tandem_grid_wait();
     const int rr = lane / S, sg = lane % S;  // the lane's segment sg of the unit's row rr
     for (i64 i = 0; i < nsteps; ++i) {
         const i64 u = gw + i * nwt;
@@ -1542,7 +1555,7 @@ TANDEM_DEVICE void tandem_gemv_segu(const char* w, const char* src1, char* dst, 
         wbase += (i12 / s.r2) * s.nb02 + (i13 / s.r3) * s.nb03;
     }
     tandem_segu_rows<T, SLOTS>(wbase, s.m, s.k, src1 + i12 * s.nb12 + i13 * s.nb13, s.nb10, s.nb11,
-                               dst + i12 * s.nb2 + i13 * s.nb3);
+                               dst + i12 * s.nb2 + i13 * s.nb3, (s.flags & TANDEM_MM_ACT_EARLY) != 0);
 #endif
 }
 
@@ -1663,7 +1676,8 @@ TANDEM_DEVICE void tandem_mmid_segu(const char* w, const char* src1, const char*
 #if defined(TANDEM_SEG_ASYNC)
     if (e >= 0) {
         tandem_segu_rows<T, SLOTS>((const u8*)w + e * s.nb02, s.m, s.k, src1 + (u % s.n_b) * s.nb11 + t * s.nb12,
-                                   s.nb10, 0, out);
+                                   s.nb10, 0, out,
+                                   (s.flags & TANDEM_MMID_ACT_EARLY) != 0);
         return;
     }
 #endif

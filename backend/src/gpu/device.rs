@@ -42,7 +42,7 @@ struct ExecState {
     staging: Option<PinnedAlloc>,
     plans: HashMap<u64, Arc<GpuPlan>>,
     /// By node index of the graph running: the stream's launch count once the node's work was
-    /// queued (`Stream::launches`), for `GpuPlan::ids_writer`.
+    /// queued (`Stream::launches`), for `GpuPlan::ids_writer` and `GpuPlan::act_writer`.
     queued_at: Vec<u64>,
 }
 
@@ -315,10 +315,13 @@ impl GpuDevice {
                 GpuStep::Kernel { index, reg, fused } => {
                     // The ids are in place when no node of the graph writes them, or when the
                     // kernel that last did has finished before this one can start.
-                    let ids_ready = match plan.ids_writer.get(*index).copied().flatten() {
+                    let ready = |writers: &[Option<usize>]| match writers.get(*index).copied().flatten() {
                         Some(w) => st.stream.finished_before_next(st.queued_at[w]),
                         None => true,
                     };
+                    let ids_ready = ready(&plan.ids_writer);
+                    // The same for a matmul's activations.
+                    let act_ready = ready(&plan.act_writer);
                     let lc = LaunchCtx {
                         kernels: &self.kernels,
                         stream: &st.stream,
@@ -326,6 +329,7 @@ impl GpuDevice {
                         scratch: &st.scratch,
                         settled: plan.settled.get(*index).copied().unwrap_or(false),
                         ids_ready,
+                        act_ready,
                     };
                     // SAFETY: forwarded contract; kinds were read from this device's map.
                     unsafe { exec::launch_step(&lc, g, kinds, &self.registry, *index, *reg, *fused)? };

@@ -37,6 +37,9 @@ pub struct GpuPlan {
     /// storage of its expert ids (`None`: no node of the graph does, so they were in place
     /// before the graph started); `None` for every other node.
     pub ids_writer: Vec<Option<usize>>,
+    /// By node index: for a MUL_MAT or MUL_MAT_ID, the index of the last node ahead of it that
+    /// writes the storage of its activations (src 1), as `ids_writer` for the ids.
+    pub act_writer: Vec<Option<usize>>,
 }
 
 /// Memory kind of every tensor of `g` (by tensor index).
@@ -147,6 +150,7 @@ pub fn plan(g: &Graph, kinds: &[MemKind], registry: &Registry, log: bool) -> Res
     close(&mut p, &mut cpu_start, g.nodes.len());
     p.settled = settled_sources(g);
     p.ids_writer = ids_writers(g);
+    p.act_writer = act_writers(g);
     Ok(p)
 }
 
@@ -154,14 +158,26 @@ pub fn plan(g: &Graph, kinds: &[MemKind], registry: &Registry, log: bool) -> Res
 /// of its ids (src 2); `None` where none does and for every other node. By ids, as
 /// [`settled_sources`].
 fn ids_writers(g: &Graph) -> Vec<Option<usize>> {
+    src_writers(g, 2, &[Op::MulMatId])
+}
+
+/// For each MUL_MAT and MUL_MAT_ID node, the index of the last node ahead of it that writes into
+/// the storage of its activations (src 1); `None` where none does and for every other node.
+fn act_writers(g: &Graph) -> Vec<Option<usize>> {
+    src_writers(g, 1, &[Op::MulMat, Op::MulMatId])
+}
+
+/// For each node whose op is one of `ops`, the index of the last node ahead of it that writes
+/// into the storage of its source `src`; `None` where none does and for every other node.
+fn src_writers(g: &Graph, src: usize, ops: &[Op]) -> Vec<Option<usize>> {
     let mut last = vec![None; g.tensors.len()];
     g.nodes
         .iter()
         .enumerate()
         .map(|(i, &id)| {
             let t = g.tensor(id);
-            let writer = match (t.op, t.src.get(2).copied().flatten()) {
-                (Op::MulMatId, Some(ids)) => last[g.storage_root(ids).0.index()],
+            let writer = match t.src.get(src).copied().flatten() {
+                Some(s) if ops.contains(&t.op) => last[g.storage_root(s).0.index()],
                 _ => None,
             };
             if !is_noop(t) {
@@ -510,6 +526,33 @@ mod tests {
         );
         assert_eq!(w[at(through_view)], Some(at(sorted)), "a view of ARGSORT's result");
         assert!(w[at(other)].is_none() && w[at(chosen)].is_none() && w[at(sorted)].is_none());
+    }
+
+    /// A matmul's activations writer is the last node ahead of it that writes their storage;
+    /// activations no node writes have none, and nodes that are no matmul have none.
+    #[test]
+    fn act_writers_are_the_last_nodes_writing_the_activations() {
+        let mut b = GraphBuilder::new();
+        let w = b.new_tensor(ElemType::Q4_0, &[64, 64]);
+        let experts = b.new_tensor(ElemType::Q4_0, &[64, 16, 8]);
+        let x = b.new_tensor(ElemType::F32, &[64, 1]);
+        let ids = b.new_tensor(ElemType::I32, &[2, 1]);
+        let from_input = b.mul_mat(w, x).unwrap();
+        let normed = b.rms_norm(x, 1e-5);
+        let gate = b.mul_mat(w, normed).unwrap();
+        let up = b.mul_mat(w, normed).unwrap();
+        let moe = b.mul_mat_id(experts, normed, ids).unwrap();
+        let chained = b.mul_mat(w, gate).unwrap();
+        let g = b.build();
+        let at = |id: TensorId| g.nodes.iter().position(|&n| n == id).unwrap();
+        let a = act_writers(&g);
+        assert_eq!(a.len(), g.nodes.len());
+        assert_eq!(a[at(from_input)], None, "activations no node writes");
+        assert_eq!(a[at(gate)], Some(at(normed)));
+        assert_eq!(a[at(up)], Some(at(normed)), "another matmul between writes its own dst");
+        assert_eq!(a[at(moe)], Some(at(normed)));
+        assert_eq!(a[at(chained)], Some(at(gate)));
+        assert_eq!(a[at(normed)], None, "not a matmul");
     }
 
     use crate::config::Config;

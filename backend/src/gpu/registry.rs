@@ -67,6 +67,10 @@ pub struct LaunchCtx<'a> {
     /// finished by then (`GpuPlan::ids_writer`, `Stream::finished_before_next`). Then the kernel
     /// may read them, and the experts' weights, before its tandem_grid_wait.
     pub ids_ready: bool,
+    /// A matmul's activations (src 1) are in place before the kernel starts, even as a dependent
+    /// launch, in the same sense (`GpuPlan::act_writer`): then a kernel may read them, though
+    /// still write nothing, before its tandem_grid_wait.
+    pub act_ready: bool,
 }
 
 /// Predicate: whether the registration runs `node` (with `next` fused, for fusing

@@ -109,6 +109,7 @@ fn run_case(k: &Kernels, ctx: &Arc<Context>, regs: &[&'static Registration], bui
         scratch: &scratch,
         settled: false,
         ids_ready: false,
+        act_ready: false,
     };
     // SAFETY: every tensor's data is a device address inside `buf`, which spans them all and
     // lives until the stream is synchronized below.

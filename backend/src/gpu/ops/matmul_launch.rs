@@ -157,9 +157,17 @@ pub struct MulMatShape {
     pub nb1: i64,
     pub nb2: i64,
     pub nb3: i64,
-    pub pad: i64,
+    /// Bit 0 ([`MM_ACT_EARLY`]): the one-column GEMV in units may read and quantize the
+    /// activations before its tandem_grid_wait; 0 for every other kernel.
+    pub flags: i64,
 }
 const _: () = assert!(std::mem::size_of::<MulMatShape>() == 144);
+
+/// `MulMatShape::flags` bit: the activations are in place before the kernel starts
+/// (`LaunchCtx::act_ready`), so `tandem_gemv_<t>_u1` reads and quantizes them before it waits for
+/// the kernels ahead, writing nothing but shared memory before the wait (`TANDEM_MM_ACT_EARLY` of
+/// gemv.hip).
+pub const MM_ACT_EARLY: i64 = 1;
 
 impl MulMatShape {
     /// The shape of `dst = src0 x src1` (MUL_MAT); `None` for an empty broadcast batch.
@@ -185,7 +193,7 @@ impl MulMatShape {
             nb1: dst.nb[1] as i64,
             nb2: dst.nb[2] as i64,
             nb3: dst.nb[3] as i64,
-            pad: 0,
+            flags: 0,
         })
     }
 
@@ -214,7 +222,8 @@ pub struct MulMatIdShape {
     pub nb2: i64,
     pub nb10: i64,
     /// Bit 0 ([`MMID_IDS_EARLY`]): the GEMV-form kernel may read the ids and the experts'
-    /// weights before its tandem_grid_wait.
+    /// weights before its tandem_grid_wait; bit 1 ([`MMID_ACT_EARLY`]): the units form its
+    /// column too.
     pub flags: i64,
 }
 const _: () = assert!(std::mem::size_of::<MulMatIdShape>() == 128);
@@ -224,6 +233,11 @@ const _: () = assert!(std::mem::size_of::<MulMatIdShape>() == 128);
 /// first weights of its experts, before it waits for the kernels ahead
 /// (`TANDEM_MMID_IDS_EARLY` of gemv.hip).
 pub const MMID_IDS_EARLY: i64 = 1;
+
+/// `MulMatIdShape::flags` bit, with [`MMID_IDS_EARLY`]: the activations are in place before the
+/// kernel starts (`LaunchCtx::act_ready`), so `tandem_mmid_<t>_u1` reads and quantizes its
+/// slot's column before the wait too (`TANDEM_MMID_ACT_EARLY` of gemv.hip).
+pub const MMID_ACT_EARLY: i64 = 2;
 
 impl MulMatIdShape {
     pub fn new(dst: &Tensor, src0: &Tensor, src1: &Tensor, ids: &Tensor) -> MulMatIdShape {
@@ -1418,13 +1432,19 @@ pub unsafe fn launch_gemv(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
     {
         let f = ctx.kernels.function(GEMV_FAMILY, entry)?;
         let cfg = gemv_seg_config(w.ty, &s, waves, warp, units, in_units);
+        // In units the column is read and quantized before the wait where it is in place.
+        let flags = if in_units && ctx.act_ready { MM_ACT_EARLY } else { 0 };
         let mut args = KernelArgs::new();
-        args.push(dptr(w)).push(dptr(src1)).push(dptr(node.dst)).push(s);
+        args.push(dptr(w))
+            .push(dptr(src1))
+            .push(dptr(node.dst))
+            .push(MulMatShape { flags, ..s });
         // SAFETY: (w, src1, dst, tandem_mm_shape); the grid's waves take rows [0, m) of each
         // batch (stretches or units), whose weights are `m * nb01` contiguous bytes from a
         // 16-byte-aligned base (`gemv_seg_fits`), read in 16-byte units up to that end; the block
-        // quantizes src1's one column into the shared memory counted by the config. Dependent
-        // launch as below.
+        // quantizes src1's one column into the shared memory counted by the config, before
+        // tandem_grid_wait only with MM_ACT_EARLY (no kernel ahead of it still writes src1).
+        // Dependent launch as below.
         return unsafe { launch_decode(ctx, &f, cfg, &mut args) };
     }
     let names = entries(w.ty).ok_or_else(|| launch_error("gemv", "no kernel for this weight type"))?;
@@ -1689,6 +1709,11 @@ pub unsafe fn launch_mul_mat_id(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<
     let flags = if early { MMID_IDS_EARLY } else { 0 };
     if let Some(entry) = mmid_units_entry(w.ty).filter(|_| mmid_in_units(w.ty, dptr(w), &s, warp, &ctx.info.arch)) {
         let f = ctx.kernels.function(GEMV_FAMILY, entry)?;
+        let flags = if early && ctx.act_ready {
+            flags | MMID_ACT_EARLY
+        } else {
+            flags
+        };
         let s = MulMatIdShape { flags, ..s };
         let mut args = KernelArgs::new();
         args.push(dptr(w))
@@ -1701,7 +1726,8 @@ pub unsafe fn launch_mul_mat_id(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<
         // 16-byte-aligned base (`mmid_in_units`), read in 16-byte units up to their end; the
         // block quantizes its slot's column into the shared memory the config counts. It reads
         // only the ids and weights before tandem_grid_wait, and those only with MMID_IDS_EARLY
-        // (as below), so it may be a dependent launch.
+        // (as below), and its column only with MMID_ACT_EARLY, set where `ctx.act_ready` says
+        // no kernel ahead of it still writes it, so it may be a dependent launch.
         return unsafe {
             ctx.stream
                 .launch_dependent(&f, mmid_units_config(w.ty, &s, waves, warp, units), &mut args)
