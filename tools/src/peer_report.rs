@@ -21,6 +21,10 @@ pub struct PeerCase {
     /// Weight bytes one node reads (MUL_MAT_ID: the experts its tokens use).
     pub read_bytes: usize,
     pub copies: usize,
+    /// Nodes of each timed graph: the copies in turn, repeated where the cache cannot hold them
+    /// (0 in files from before the harness repeated them: one node per copy).
+    #[serde(default)]
+    pub nodes: usize,
     pub results: Vec<PeerResult>,
 }
 
@@ -85,11 +89,11 @@ pub fn markdown(r: &PeerReport) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "µs per node, median of {} graphs of one node per weight copy (working set ≥ 512 MiB); a ratio above 1 means {first} is faster.\n",
+        "µs per node, median of {} graphs, each holding the nodes of the weight copies in turn (the bytes the nodes read span ≥ 512 MiB; nodes (copies): the copies repeated where the bytes read between two reads of one copy span 512 MiB); a ratio above 1 means {first} is faster.\n",
         r.runs
     );
-    let mut head = String::from("| case | weights read |");
-    let mut rule = String::from("|---|---:|");
+    let mut head = String::from("| case | weights read | nodes (copies) |");
+    let mut rule = String::from("|---|---:|---:|");
     for d in &r.devices {
         let _ = write!(head, " {d} µs |");
         rule.push_str("---:|");
@@ -105,7 +109,13 @@ pub fn markdown(r: &PeerReport) -> String {
     let _ = writeln!(s, "{head}\n{rule}");
     for c in &r.cases {
         let base = c.results[0].us_median;
-        let mut row = format!("| {} | {:.1} MB |", c.case, c.read_bytes as f64 / 1e6);
+        let nodes = if c.nodes > 0 { c.nodes } else { c.copies };
+        let mut row = format!(
+            "| {} | {:.1} MB | {nodes} ({}) |",
+            c.case,
+            c.read_bytes as f64 / 1e6,
+            c.copies
+        );
         for d in &c.results {
             let _ = write!(row, " {:.1} |", d.us_median);
         }
@@ -219,6 +229,7 @@ mod tests {
             weight_bytes: 33_030_144,
             read_bytes: 33_030_144,
             copies: 17,
+            nodes: 51,
             results: vec![
                 PeerResult {
                     device: "TANDEM0".into(),
@@ -251,6 +262,9 @@ mod tests {
         let json = r#"{"tool":"backend_matmul_peer","runs":15,"devices":["TANDEM0","CUDA0"],"cases":[{"case":"MUL_MAT q4_0 m=14336 k=4096 n=1","weight_bytes":33030144,"read_bytes":33030144,"copies":17,"results":[{"device":"TANDEM0","us_median":17.000,"us_min":16.800,"read_gbs":1943.0,"nmse":4.800e-14},{"device":"CUDA0","us_median":18.000,"us_min":17.900,"read_gbs":1835.0,"nmse":4.300e-5}]}]}"#;
         let r: PeerReport = serde_json::from_str(json).unwrap();
         assert_eq!(r.cases[0].results[1].nmse, Some(4.3e-5));
+        // Files from before the graphs repeated the copies have no node count: one per copy.
+        assert_eq!(r.cases[0].nodes, 0);
+        assert!(markdown(&r).contains("| 33.0 MB | 17 (17) |"));
         assert!(check(&r).is_ok());
     }
 
@@ -258,12 +272,14 @@ mod tests {
     fn markdown_has_each_time_and_ratio() {
         let md = markdown(&sample());
         assert!(
-            md.contains("| case | weights read | TANDEM0 µs | CUDA0 µs | CUDA0 / TANDEM0 |"),
+            md.contains("| case | weights read | nodes (copies) | TANDEM0 µs | CUDA0 µs | CUDA0 / TANDEM0 |"),
             "{md}"
         );
         // 18 / 17 = 1.06; 313 / 328 = 0.95.
         assert!(
-            md.contains("| MUL_MAT q4_0 m=14336 k=4096 n=1 | 33.0 MB | 17.0 | 18.0 | 1.06 | 4.8e-14 | 4.3e-5 |"),
+            md.contains(
+                "| MUL_MAT q4_0 m=14336 k=4096 n=1 | 33.0 MB | 51 (17) | 17.0 | 18.0 | 1.06 | 4.8e-14 | 4.3e-5 |"
+            ),
             "{md}"
         );
         assert!(md.contains("| 328.0 | 313.0 | 0.95 |"), "{md}");

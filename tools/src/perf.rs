@@ -46,6 +46,11 @@ const RUNWAY_BYTES: usize = 256 << 20;
 const GPU_WARMUP: usize = 5;
 /// Untimed runs of the back-to-back graph (its plan is made on the first).
 const CHAIN_WARMUP: usize = 2;
+/// Nodes of the back-to-back graph at least: the copies in turn, again as often as needed. A
+/// decode step runs hundreds of matmuls back to back; with only the copies (five of a 117 MB
+/// weight) the graph's first kernel, which nothing ahead overlaps, and its last one's tail added
+/// about 3 µs to every node on an H200 (twenty-eighth record, docs/performance.md).
+const CHAIN_MIN_NODES: usize = 48;
 
 /// The rate a bandwidth-bound case is compared with.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -85,6 +90,10 @@ pub struct CaseResult {
     pub reps: usize,
     /// Copies of the graph rotated through, so weights come from memory, not cache.
     pub copies: usize,
+    /// GPU: nodes of the back-to-back graph (the copies in turn, repeated up to
+    /// [`CHAIN_MIN_NODES`] where each copy's reads lie [`ROTATION_BYTES`] apart).
+    #[serde(default)]
+    pub chain_nodes: usize,
     /// Bytes of all copies together.
     pub working_set_bytes: usize,
     /// Bytes one run reads and writes: every leaf (weights with their scales, inputs) plus the
@@ -98,16 +107,16 @@ pub struct CaseResult {
     pub read_us_median: Option<f64>,
     /// `read_us_median / us_median`: 1.0 means as fast as only reading the bytes.
     pub ratio_to_read: Option<f64>,
-    /// GPU: device time per copy of the case when one graph holds the nodes of every copy, back
-    /// to back, as a decode step's layers run (each reading weights not in the cache; a kernel
-    /// may start before the one ahead ends where the device has dependent launches), median
-    /// over the timed graphs.
+    /// GPU: device time per node of one graph that holds the copies' nodes in turn, back to back
+    /// (`chain_nodes` of them), as a decode step's layers run (each reading weights not in the
+    /// cache; a kernel may start before the one ahead ends where the device has dependent
+    /// launches), median over the timed graphs.
     #[serde(default)]
     pub chain_us_median: Option<f64>,
     #[serde(default)]
     pub chain_gbps: Option<f64>,
-    /// GPU: device time per copy of the read probe over the same copies back to back (as
-    /// dependent launches where the device has them).
+    /// GPU: device time per node of the read probe over the same copies in the same order, back
+    /// to back (as dependent launches where the device has them).
     #[serde(default)]
     pub chain_read_us_median: Option<f64>,
     pub flops: f64,
@@ -338,6 +347,28 @@ fn copies_for(image_bytes: usize) -> usize {
     ROTATION_BYTES.div_ceil(image_bytes.max(1)).clamp(1, MAX_COPIES)
 }
 
+/// Copies of a GPU case whose runs read `read_bytes` of each `image_bytes` copy, with `room`
+/// bytes to hold them: enough that the bytes read span [`ROTATION_BYTES`] (MUL_MAT_ID reads
+/// only its experts), as far as [`MAX_COPIES`] and the room allow, and never fewer than
+/// [`copies_for`] the image.
+fn gpu_copies(image_bytes: usize, read_bytes: usize, room: usize) -> usize {
+    let least = copies_for(image_bytes);
+    let wanted = copies_for(read_bytes.min(image_bytes));
+    wanted.min(room / image_bytes.max(1)).max(least)
+}
+
+/// Node order of the back-to-back graph over `copies` copies whose runs read `read_bytes` each:
+/// the copies in turn, repeated until there are [`CHAIN_MIN_NODES`] when the bytes read between
+/// two reads of one copy span [`ROTATION_BYTES`] (so the cache cannot hold them), else once.
+fn chain_order(copies: usize, read_bytes: usize) -> Vec<usize> {
+    let turns = if copies.saturating_mul(read_bytes) >= ROTATION_BYTES {
+        CHAIN_MIN_NODES.div_ceil(copies.max(1))
+    } else {
+        1
+    };
+    (0..turns * copies).map(|i| i % copies).collect()
+}
+
 fn time_host(dev: &Device, case: &Case, opts: &PerfOptions, r: &mut CaseResult) -> Result<Vec<Sample>, String> {
     let (graph, fills, bytes) = prepare(dev, case)?;
     r.bytes = bytes;
@@ -381,10 +412,11 @@ fn time_gpu(
     let mut rng = case_rng(opts.seed, &case.name);
     fill_leaves(&graph, &fills, &mut rng, DISTINCT_ROWS, &mut [&mut host])?;
     let (host_graph, image, host_base) = host.image();
-    r.copies = copies_for(image.len());
-    r.working_set_bytes = r.copies * image.len();
     let (free, _) = g.memory();
-    if r.working_set_bytes as u64 > free / 2 {
+    let room = usize::try_from(free / 2).unwrap_or(usize::MAX);
+    r.copies = gpu_copies(image.len(), r.bytes, room);
+    r.working_set_bytes = r.copies * image.len();
+    if r.working_set_bytes > room {
         return Err(format!(
             "{} copies of {} bytes do not fit in half of the {free} free bytes",
             r.copies,
@@ -431,9 +463,11 @@ fn time_gpu(
             .map_err(|e| format!("read probe: {e}"))?;
         Ok(ms as f64 * 1e3)
     })?);
-    // Every copy's nodes in one graph, back to back.
-    let chain = chained(&graphs);
-    let per = graphs.len() as f64;
+    // The copies' nodes in turn in one graph, back to back.
+    let order = chain_order(graphs.len(), read_bytes);
+    r.chain_nodes = order.len();
+    let chain = chained(&order.iter().map(|&i| &graphs[i]).collect::<Vec<_>>());
+    let per = order.len() as f64;
     let chain_med = median_after(CHAIN_WARMUP, r.reps, |_| {
         // SAFETY: as `run` above: each copy's tensors lie in its own allocation.
         let (_, ms) = unsafe { g.compute_timed(&chain, way) }.map_err(|e| format!("back to back: {e}"))?;
@@ -441,7 +475,7 @@ fn time_gpu(
     })?;
     r.chain_us_median = Some(chain_med);
     r.chain_gbps = Some(r.bytes as f64 / (chain_med * 1e-6) / 1e9);
-    let starts: Vec<_> = allocs.iter().map(|a| a.ptr()).collect();
+    let starts: Vec<_> = order.iter().map(|&i| allocs[i].ptr()).collect();
     r.chain_read_us_median = Some(median_after(CHAIN_WARMUP, r.reps, |_| {
         // SAFETY: the probe reads `read_bytes` <= each allocation's length from its start; the
         // runway buffers are separate allocations.
@@ -470,7 +504,7 @@ fn median_after(
 }
 
 /// One graph holding the tensors and nodes of every graph of `graphs`, in order (ids shifted).
-fn chained(graphs: &[Graph]) -> Graph {
+fn chained(graphs: &[&Graph]) -> Graph {
     let mut out = Graph {
         tensors: Vec::new(),
         nodes: Vec::new(),
@@ -640,13 +674,39 @@ mod tests {
     }
 
     #[test]
+    fn chains_repeat_the_copies_only_where_the_cache_cannot_hold_them() {
+        // Five copies of a 117 MB weight: ten turns, each copy's reads 470 MB apart.
+        let order = chain_order(5, 117 << 20);
+        assert_eq!(order.len(), 50);
+        assert_eq!(&order[..7], &[0, 1, 2, 3, 4, 0, 1]);
+        // 64 copies of 2 MB read: 128 MB between two reads of one copy, so each once.
+        assert_eq!(chain_order(64, 2 << 20), (0..64).collect::<Vec<_>>());
+        // Exactly ROTATION_BYTES in turn: repeated up to at least CHAIN_MIN_NODES.
+        let order = chain_order(7, ROTATION_BYTES / 7 + 1);
+        assert!(order.len() >= CHAIN_MIN_NODES && order.len().is_multiple_of(7));
+    }
+
+    #[test]
+    fn gpu_copies_follow_the_bytes_read_as_far_as_room_allows() {
+        let mb = 1 << 20;
+        // A GEMV reads its whole copy: as many copies as for the image.
+        assert_eq!(gpu_copies(117 * mb, 117 * mb, usize::MAX), copies_for(117 * mb));
+        // MUL_MAT_ID reading 7 of 113 MB: copies for the 7 MB, up to MAX_COPIES.
+        assert_eq!(gpu_copies(113 * mb, 7 * mb, usize::MAX), MAX_COPIES);
+        assert_eq!(gpu_copies(113 * mb, 7 * mb, 2048 * mb), 18);
+        // Never fewer than the image needs, even where the room is short (the caller then
+        // reports that they do not fit).
+        assert_eq!(gpu_copies(113 * mb, 7 * mb, 100 * mb), copies_for(113 * mb));
+    }
+
+    #[test]
     fn chaining_shifts_every_reference() {
         let mut b = tandem_graph::GraphBuilder::new();
         let x = b.new_tensor(tandem_graph::ElemType::F32, &[4]);
         let y = b.scale(x, 2.0, 0.0);
         b.scale(y, 3.0, 0.0);
         let g = b.build();
-        let c = chained(&[g.clone(), g.clone()]);
+        let c = chained(&[&g, &g]);
         let n = g.tensors.len() as u32;
         assert_eq!(c.tensors.len(), 2 * g.tensors.len());
         assert_eq!(c.nodes.len(), 2 * g.nodes.len());

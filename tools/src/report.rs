@@ -132,23 +132,24 @@ pub fn markdown(r: &PerfReport, torch: Option<&TorchReport>) -> String {
         "\nBytes = weights with their scales + activations + outputs (MUL_MAT_ID: the experts \
          picked). µs = device time per run, median (events on a GPU). read µs (GPU) = one \
          streaming read of the same bytes from the same copies, timed the same way; of read = \
-         read µs / µs. Back to back (GPU) = per copy, when one graph holds every copy's nodes \
-         (as a decode step's layers run); b2b read µs = the read probe over the copies back to \
-         back.\n"
+         read µs / µs. Back to back (GPU) = per node, when one graph holds the copies' nodes in \
+         turn (b2b nodes of them: the copies repeated where the bytes read between two reads of \
+         one copy span 512 MiB), as a decode step's layers run; b2b read µs = the read probe \
+         over the same copies in the same order.\n"
     );
     let _ = writeln!(
         s,
-        "| case | µs | µs min | wall µs | MB | {un} | of ceiling | read µs | of read | back to back µs | {un} back to back | b2b read µs | TFLOP/s | copies | working set MB |"
+        "| case | µs | µs min | wall µs | MB | {un} | of ceiling | read µs | of read | back to back µs | {un} back to back | b2b read µs | TFLOP/s | copies | b2b nodes | working set MB |"
     );
     let _ = writeln!(
         s,
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for k in &r.cases {
         if let Some(e) = &k.error {
             let _ = writeln!(
                 s,
-                "| {} | FAIL: {} | | | | | | | | | | | | | |",
+                "| {} | FAIL: {} | | | | | | | | | | | | | | |",
                 k.name,
                 e.replace('|', "/")
             );
@@ -156,7 +157,7 @@ pub fn markdown(r: &PerfReport, torch: Option<&TorchReport>) -> String {
         }
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             k.name,
             opt(k.us_median, 1),
             opt(k.us_min, 1),
@@ -173,6 +174,11 @@ pub fn markdown(r: &PerfReport, torch: Option<&TorchReport>) -> String {
             opt(k.chain_read_us_median, 1),
             opt(k.tflops, 2),
             k.copies,
+            if k.chain_nodes > 0 {
+                k.chain_nodes.to_string()
+            } else {
+                "-".into()
+            },
             mb(k.working_set_bytes)
         );
     }

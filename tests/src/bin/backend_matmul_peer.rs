@@ -9,9 +9,12 @@
 //! `--load` loads a dynamic ggml backend (the plugin, libggml-cuda.so) before the devices are
 //! looked up by name. For each case and device: the weights are quantized once by ggml
 //! (`ggml_quantize_chunk` of seeded random values), then copied to as many tensors on the
-//! device as make a working set of at least 512 MiB (ten times the H200's 50 MB L2; at most
-//! 64 copies), and one graph holds one node per copy, all on the same activations; the graph
-//! is computed twice to warm up, then `--runs` times, each wall-clocked around
+//! device as make the bytes the nodes read span at least 512 MiB (ten times the H200's 50 MB
+//! L2; at most 64 copies; MUL_MAT_ID reads only its tokens' experts), and one graph holds the
+//! copies' nodes in turn, all on the same activations, repeated up to at least 48 nodes where
+//! the bytes read between two reads of one copy span 512 MiB (a decode step runs hundreds of
+//! matmuls back to back; a graph of five nodes adds its first and last node's edges to every
+//! node's time); the graph is computed twice to warm up, then `--runs` times, each wall-clocked around
 //! `ggml_backend_graph_compute` (which returns once the device has finished). A node's time is
 //! the graph's over its node count; the figures are the median and the fastest run. Every
 //! node reads weights that are not in the cache, as a decode step's layers do, and the host
@@ -33,6 +36,9 @@ use tandem_tests::llama_run::nmse;
 
 const ROTATION_BYTES: usize = 512 << 20;
 const MAX_COPIES: usize = 64;
+/// Nodes of a graph at least: the copies in turn, again as often as needed where the bytes read
+/// between two reads of one copy span ROTATION_BYTES (as `tandem perf-ops` chains them).
+const CHAIN_MIN_NODES: usize = 48;
 const NMSE_LIMIT: f64 = 5e-4;
 
 struct Args {
@@ -197,14 +203,32 @@ fn bytes_read(c: &Case, inp: &Inputs) -> usize {
     }
 }
 
-/// A graph of `copies` nodes of one case on one device, its tensors in the device's buffer.
+/// Copies of the weights for nodes that read `read_bytes` of each: enough that the bytes read
+/// span ROTATION_BYTES (MUL_MAT_ID reads only its tokens' experts), at least two.
+fn copies_for(read_bytes: usize) -> usize {
+    ROTATION_BYTES.div_ceil(read_bytes.max(1)).clamp(2, MAX_COPIES)
+}
+
+/// Nodes of the graph over `copies` copies whose nodes read `read_bytes` each: the copies in
+/// turn, repeated up to CHAIN_MIN_NODES where the bytes read between two reads of one copy span
+/// ROTATION_BYTES (so no cache holds them), else each once.
+fn nodes_for(copies: usize, read_bytes: usize) -> usize {
+    if copies.saturating_mul(read_bytes) >= ROTATION_BYTES {
+        CHAIN_MIN_NODES.div_ceil(copies) * copies
+    } else {
+        copies
+    }
+}
+
+/// A graph of `nodes` nodes of one case on one device over `copies` copies of the weights (node
+/// i reads copy i % copies), its tensors in the device's buffer.
 struct Bench {
     graph: DeviceGraph,
     first_out: *mut g::ggml_tensor,
 }
 
 impl Bench {
-    fn new(dev_name: &str, c: &Case, inp: &Inputs, copies: usize) -> Result<Bench, String> {
+    fn new(dev_name: &str, c: &Case, inp: &Inputs, copies: usize, nodes: usize) -> Result<Bench, String> {
         let (k, m, n) = (c.k as i64, c.m as i64, c.n as i64);
         let f32_id = ElemType::F32.ggml_id();
         let mut weights = Vec::with_capacity(copies);
@@ -214,7 +238,7 @@ impl Bench {
         // data copied in below has each tensor's size (weights: the quantized rows of all copies'
         // shape; x: k × n f32; ids: used × n i32).
         unsafe {
-            let graph = DeviceGraph::new(dev_name, 2 * copies + 8, threads, |ctx, gf| {
+            let graph = DeviceGraph::new(dev_name, copies + 2 * nodes + 8, threads, |ctx, gf| {
                 x = match c.moe {
                     None => g::ggml_new_tensor_2d(ctx, f32_id, k, n),
                     Some((_, used)) => {
@@ -222,25 +246,30 @@ impl Bench {
                         g::ggml_new_tensor_3d(ctx, f32_id, k, 1, n)
                     }
                 };
-                for i in 0..copies {
-                    let (w, out) = match (c.moe, ids) {
-                        (Some((experts, _)), Some(ids)) => {
-                            let w = g::ggml_new_tensor_3d(ctx, c.ty.ggml_id(), k, m, experts as i64);
-                            (w, g::ggml_mul_mat_id(ctx, w, x, ids))
-                        }
-                        _ => {
-                            let w = g::ggml_new_tensor_2d(ctx, c.ty.ggml_id(), k, m);
-                            (w, g::ggml_mul_mat(ctx, w, x))
-                        }
+                for _ in 0..copies {
+                    weights.push(match c.moe {
+                        Some((experts, _)) => g::ggml_new_tensor_3d(ctx, c.ty.ggml_id(), k, m, experts as i64),
+                        None => g::ggml_new_tensor_2d(ctx, c.ty.ggml_id(), k, m),
+                    });
+                }
+                for i in 0..nodes {
+                    let w = weights[i % copies];
+                    let out = match ids {
+                        Some(ids) => g::ggml_mul_mat_id(ctx, w, x, ids),
+                        None => g::ggml_mul_mat(ctx, w, x),
                     };
-                    weights.push(w);
                     if i == 0 {
                         first_out = out;
                     }
                     g::ggml_build_forward_expand(gf, out);
                 }
             })
-            .map_err(|e| format!("{e} ({copies} copies of {} weight bytes)", inp.weights.len()))?;
+            .map_err(|e| {
+                format!(
+                    "{e} ({copies} copies of {} weight bytes, {nodes} nodes)",
+                    inp.weights.len()
+                )
+            })?;
             for &w in &weights {
                 graph.set(w, &inp.weights);
             }
@@ -281,22 +310,24 @@ struct CaseResult {
     weight_bytes: usize,
     read_bytes: usize,
     copies: usize,
+    nodes: usize,
     results: Vec<DeviceResult>,
 }
 
 fn run_case(args: &Args, c: &Case) -> Result<CaseResult, String> {
     let name = c.name();
     let inp = inputs(c)?;
-    let copies = ROTATION_BYTES.div_ceil(inp.weights.len()).clamp(2, MAX_COPIES);
+    let read_bytes = bytes_read(c, &inp);
+    let copies = copies_for(read_bytes);
+    let nodes = nodes_for(copies, read_bytes);
     let reference = {
-        let b = Bench::new("CPU", c, &inp, 1).map_err(|e| format!("{name}: reference: {e}"))?;
+        let b = Bench::new("CPU", c, &inp, 1, 1).map_err(|e| format!("{name}: reference: {e}"))?;
         b.compute().map_err(|e| format!("{name}: reference on CPU: {e}"))?;
         b.first_output(c.out_len())
     };
-    let read_bytes = bytes_read(c, &inp);
     let mut results = Vec::new();
     for dev in &args.devices {
-        let b = Bench::new(dev, c, &inp, copies).map_err(|e| format!("{name}: {e}"))?;
+        let b = Bench::new(dev, c, &inp, copies, nodes).map_err(|e| format!("{name}: {e}"))?;
         for _ in 0..2 {
             b.compute().map_err(|e| format!("{name} on {dev}: {e}"))?;
         }
@@ -304,7 +335,7 @@ fn run_case(args: &Args, c: &Case) -> Result<CaseResult, String> {
         for _ in 0..args.runs {
             let t = Instant::now();
             b.compute().map_err(|e| format!("{name} on {dev}: {e}"))?;
-            us.push(t.elapsed().as_secs_f64() * 1e6 / copies as f64);
+            us.push(t.elapsed().as_secs_f64() * 1e6 / nodes as f64);
         }
         us.sort_by(f64::total_cmp);
         let out = b.first_output(c.out_len());
@@ -316,7 +347,7 @@ fn run_case(args: &Args, c: &Case) -> Result<CaseResult, String> {
             nmse: nmse(&reference, &out),
         });
         eprintln!(
-            "backend_matmul_peer: {name} on {dev}: {:.1} µs per node (median of {}, {copies} nodes per graph)",
+            "backend_matmul_peer: {name} on {dev}: {:.1} µs per node (median of {}, {nodes} nodes over {copies} copies per graph)",
             us[us.len() / 2],
             args.runs
         );
@@ -326,6 +357,7 @@ fn run_case(args: &Args, c: &Case) -> Result<CaseResult, String> {
         weight_bytes: inp.weights.len(),
         read_bytes,
         copies,
+        nodes,
         results,
     })
 }
@@ -459,5 +491,25 @@ fn main() {
             bad.join("; ")
         );
         std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn graphs_repeat_the_copies_only_where_the_cache_cannot_hold_them() {
+        let mb = 1 << 20;
+        // 117 MB read per node: five copies, ten turns (50 nodes).
+        assert_eq!(copies_for(117 * mb), 5);
+        assert_eq!(nodes_for(5, 117 * mb), 50);
+        // MUL_MAT_ID reading 7 MB of its experts: 64 copies, 448 MB between two reads of one
+        // copy, so each once.
+        assert_eq!(copies_for(7 * mb), MAX_COPIES);
+        assert_eq!(nodes_for(MAX_COPIES, 7 * mb), MAX_COPIES);
+        // At least two copies however large.
+        assert_eq!(copies_for(4096 * mb), 2);
+        assert_eq!(nodes_for(2, 4096 * mb), CHAIN_MIN_NODES);
     }
 }
