@@ -6,8 +6,10 @@ on f16 weights, and a device-to-device copy, with CUDA events, and prints one JS
 Weights are rotated through copies spanning at least 512 MB (ten times the H200's 50 MB L2), as
 perf-ops does; a 256 MiB copy before each timed call keeps the GPU busy while the host queues the
 call and flushes the cache. Bytes count the weights, the activation and the output once. Each case
-is also timed back to back (`chain_us_median`): one call per copy queued between two events, the
-time over the number of copies, as perf-ops' back-to-back figure is.
+is also timed back to back (`chain_us_median`): the copies' calls in turn queued between two
+events, repeated up to at least 48 calls (the copies span 512 MB, so the reads of one copy stay
+far more than the L2 apart), the time over the number of calls (`chain_calls`), as perf-ops'
+back-to-back figure is.
 
 usage: python3 scripts/torch-peer.py [--reps N] > torch.json
 """
@@ -20,6 +22,8 @@ import sys
 import torch
 
 ROTATION_BYTES = 512 << 20
+# Calls of a back-to-back stretch at least (CHAIN_MIN_NODES of tools/src/perf.rs).
+CHAIN_MIN_CALLS = 48
 RUNWAY_BYTES = 256 << 20
 COPY_BYTES = 1 << 30
 
@@ -81,7 +85,10 @@ def matmul_case(m, k, n, reps, runway):
         fn = lambda i: torch.matmul(ws[i % copies], x, out=out)
         name = f"torch.matmul(f16,m={m},k={k},n={n})"
     med, lo = timed(fn, reps, max(5, copies), runway)
-    chain, _ = timed(fn, reps, 0, runway, calls=copies)
+    # The copies together span ROTATION_BYTES (or 64 of them), so repeating them keeps each
+    # copy's reads apart by more than the cache holds.
+    calls = -(-CHAIN_MIN_CALLS // copies) * copies
+    chain, _ = timed(fn, reps, 0, runway, calls=calls)
     nbytes = w_bytes + k * n * 2 + m * n * 2
     flops = 2.0 * m * k * n
     del ws
@@ -98,6 +105,7 @@ def matmul_case(m, k, n, reps, runway):
         "tflops": flops / (med * 1e-6) / 1e12,
         "copies": copies,
         "chain_us_median": chain,
+        "chain_calls": calls,
     }
 
 
