@@ -2,12 +2,15 @@
 # Compile check of every HIP kernel without a GPU; exits non-zero on any compile failure.
 #   NVIDIA sm_90: NVRTC from the PyPI wheel `nvidia-cuda-nvrtc`, loaded through tandem's own
 #     runtime layer with the same header and options the JIT uses (the `catalog_compiles_with_nvrtc`
-#     test of tandem-backend).
+#     test of tandem-backend); then the SASS of the kernels that load weights ahead of their wait
+#     for the kernel ahead, through nvdisasm from the wheel `nvidia-cuda-nvdisasm`
+#     (`dependent_kernels_load_before_their_wait`).
 #   AMD gfx1100, gfx1151, gfx1201, gfx90a, gfx942: Debian's clang-19 HIP support, one object per kernel source
 #     (and per family built with options of its own) and arch.
 # Environment: CHECK_KERNELS_INSTALL=1 installs the Debian packages if missing (needs root);
 # CHECK_KERNELS_SKIP=nvidia|amd skips one half with a printed reason; AMD_ARCHS / NVIDIA_ARCH
-# override the targets; NVRTC_WHEEL pins the wheel (cached under target/kernel-check/).
+# override the targets; NVRTC_WHEEL and NVDISASM_WHEEL pin the wheels (cached under
+# target/kernel-check/).
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -16,6 +19,7 @@ src="$root/kernels-hip/src"
 amd_archs="${AMD_ARCHS:-gfx1100 gfx1151 gfx1201 gfx90a gfx942}"
 nvidia_arch="${NVIDIA_ARCH:-sm_90}"
 nvrtc_wheel="${NVRTC_WHEEL:-nvidia-cuda-nvrtc==13.5.37}"
+nvdisasm_wheel="${NVDISASM_WHEEL:-nvidia-cuda-nvdisasm==13.5.37}"
 skip="${CHECK_KERNELS_SKIP:-}"
 mkdir -p "$work"
 failures=0
@@ -43,6 +47,28 @@ check_nvidia() {
     # TANDEM_REQUIRE_NVRTC turns the test's "NVRTC not found" skip into a failure.
     (cd "$root" && TANDEM_NVRTC="$lib" TANDEM_REQUIRE_NVRTC=1 TANDEM_CHECK_NVIDIA_ARCH="$nvidia_arch" \
         cargo test --quiet -p tandem-backend --lib gpu::check::tests::catalog_compiles_with_nvrtc \
+        -- --exact --nocapture) || return 1
+    # The SASS of the kernels that prefetch weights ahead of their wait for the kernel ahead:
+    # nvdisasm from its PyPI wheel, required here.
+    local dis_site="$work/nvdisasm-wheel"
+    local dis_stamp="$dis_site/.installed-$nvdisasm_wheel"
+    if [[ ! -f "$dis_stamp" ]]; then
+        rm -rf "$dis_site"
+        if ! python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps --target "$dis_site" \
+            "$nvdisasm_wheel"; then
+            echo "check-kernels: FAIL nvidia: could not install $nvdisasm_wheel"
+            return 1
+        fi
+        touch "$dis_stamp"
+    fi
+    local dis
+    dis="$(find "$dis_site" -name nvdisasm -type f | head -n1)"
+    if [[ -z "$dis" ]]; then
+        echo "check-kernels: FAIL nvidia: no nvdisasm inside $nvdisasm_wheel"
+        return 1
+    fi
+    (cd "$root" && TANDEM_NVRTC="$lib" TANDEM_REQUIRE_NVRTC=1 TANDEM_NVDISASM="$dis" TANDEM_REQUIRE_NVDISASM=1 \
+        cargo test --quiet -p tandem-backend --lib gpu::check::tests::dependent_kernels_load_before_their_wait \
         -- --exact --nocapture)
 }
 

@@ -196,7 +196,9 @@ tandem_read_probe(const uint4* src, i64 n16, u32 never, u32* out) {
         const i64 i = base + u * TANDEM_READ_PROBE_THREADS;
         v[u] = i < n16 ? tandem_ld_stream16(src + i) : make_uint4(0, 0, 0, 0);
     }
-    tandem_grid_wait();
+    // In a block of its own (n16 > 0 always, as launched): unconditional, ptxas moved the loads
+    // below the wait, and the probe no longer overlapped the one ahead (NVRTC 13.5).
+    if (n16 > 0) tandem_grid_wait();
     u32 x = 0;
 #pragma unroll
     for (int u = 0; u < TANDEM_READ_PROBE_UNROLL; ++u) x += v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;

@@ -107,6 +107,114 @@ mod tests {
         assert_eq!(failed, 0, "{failed} kernel famil(ies) failed to compile for {arch}");
     }
 
+    /// Kernels queued as dependent launches whose weight loads must be issued before their
+    /// `tandem_grid_wait` (so that back to back they overlap the kernel ahead): in each, some
+    /// `griddepcontrol.wait` (`ACQBULK`) comes after a 16-byte weight load (`LDG.E.NA.128` or
+    /// `LDGSTS`) in the SASS. ptxas has moved such a wait above every load when it stood
+    /// unconditionally after them (the read probe's did, NVRTC 13.5); the kernels keep theirs in
+    /// a block of its own.
+    const LOAD_BEFORE_WAIT: [(&str, &str); 7] = [
+        ("copy", "tandem_read_probe"),
+        ("gemv", "tandem_gemv_q4_0_u1"),
+        ("gemv", "tandem_gemv_q8_0_u1"),
+        ("gemv", "tandem_gemv_q6_K_u1"),
+        ("gemv", "tandem_gemv_q4_0_s1"),
+        ("gemv", "tandem_gemv_q4_0_c1"),
+        ("gemv", "tandem_gemv_f16_c1"),
+    ];
+
+    /// Whether the SASS of one function (nvdisasm's lines for it) has a wait after a weight load.
+    fn wait_follows_a_load(sass: &[&str]) -> bool {
+        let mut loaded = false;
+        for line in sass {
+            if line.contains("LDG.E.NA.128") || line.contains("LDGSTS") {
+                loaded = true;
+            } else if line.contains("ACQBULK") && loaded {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// nvdisasm's text split by function (`.text.<name>:` labels).
+    fn sass_functions(text: &str) -> std::collections::HashMap<String, Vec<&str>> {
+        let mut out = std::collections::HashMap::new();
+        let mut current: Option<String> = None;
+        for line in text.lines() {
+            if let Some(name) = line.strip_prefix(".text.").and_then(|l| l.strip_suffix(':')) {
+                current = Some(name.to_string());
+                out.insert(name.to_string(), Vec::new());
+            } else if let Some(f) = &current {
+                out.get_mut(f).expect("inserted with its label").push(line);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn sass_checks_see_a_sunk_wait() {
+        let sunk = ["ACQBULK ;", "@!P2 LDG.E.NA.128.CONSTANT R12, desc[UR4][R20.64] ;"];
+        let kept = [
+            "LDGSTS.E.BYPASS.128 [R9], desc[UR6][R4.64] ;",
+            "LDGDEPBAR ;",
+            "ACQBULK ;",
+        ];
+        assert!(!wait_follows_a_load(&sunk) && wait_follows_a_load(&kept));
+        let text = ".text.a:\n LDG.E.NA.128 ;\n ACQBULK ;\n.text.b:\n ACQBULK ;\n";
+        let f = sass_functions(text);
+        assert!(wait_follows_a_load(&f["a"]) && !wait_follows_a_load(&f["b"]));
+    }
+
+    #[test]
+    fn dependent_kernels_load_before_their_wait() {
+        let Some(c) = nvrtc_or_skip("dependent_kernels_load_before_their_wait") else {
+            return;
+        };
+        // nvdisasm from the PyPI wheel `nvidia-cuda-nvdisasm` (the compile-check script installs
+        // it and requires it with TANDEM_REQUIRE_NVDISASM=1).
+        let Some(nvdisasm) = std::env::var_os("TANDEM_NVDISASM") else {
+            assert!(
+                !env_flag("TANDEM_REQUIRE_NVDISASM"),
+                "dependent_kernels_load_before_their_wait: TANDEM_NVDISASM is not set"
+            );
+            eprintln!("SKIP dependent_kernels_load_before_their_wait: no TANDEM_NVDISASM (the path of nvdisasm)");
+            return;
+        };
+        let dir = std::env::temp_dir().join(format!("tandem-sass-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temporary folder");
+        for family in ["copy", "gemv"] {
+            let k = catalog().iter().find(|k| k.family == family).expect("a catalog family");
+            let code = c
+                .compile(k.file, k.source, HEADERS, &options_for(&c, k, "sm_90"))
+                .unwrap_or_else(|e| panic!("{e}"));
+            let cubin = dir.join(format!("{family}.cubin"));
+            std::fs::write(&cubin, &code).expect("the cubin written");
+            let out = std::process::Command::new(&nvdisasm)
+                .arg(&cubin)
+                .output()
+                .unwrap_or_else(|e| panic!("running {}: {e}", nvdisasm.to_string_lossy()));
+            assert!(
+                out.status.success(),
+                "nvdisasm {}: {}",
+                cubin.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let text = String::from_utf8_lossy(&out.stdout);
+            let functions = sass_functions(&text);
+            for (_, name) in LOAD_BEFORE_WAIT.iter().filter(|(f, _)| *f == family) {
+                let sass = functions
+                    .get(*name)
+                    .unwrap_or_else(|| panic!("{name} is not in the SASS of {family}"));
+                assert!(
+                    wait_follows_a_load(sass),
+                    "{name}: no griddepcontrol.wait (ACQBULK) after a weight load in its SASS: ptxas moved the wait above the loads, which then no longer overlap the kernel ahead"
+                );
+                eprintln!("check-kernels: ok   {name}: weight loads ahead of its wait");
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn compile_error_names_the_kernel_and_carries_the_log() {
         let Some(c) = nvrtc_or_skip("compile_error_names_the_kernel_and_carries_the_log") else {
