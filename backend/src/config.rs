@@ -26,12 +26,19 @@ pub struct Config {
     /// behind another kernel start before it finishes, where the device has programmatic
     /// dependent launch (NVIDIA sm_90+, CUDA 12 driver).
     pub dependent_launch: bool,
+    /// `TANDEM_EARLY_ACTIVATIONS` (on unless `0` or `false`): a dependent decode GEMV or
+    /// MUL_MAT_ID whose activations no kernel still running writes reads them before it waits for
+    /// the kernels ahead; off, every one waits first, as when the kernel ahead writes them (how
+    /// the benchmark's back-to-back figures look for a model's dense projections).
+    pub early_activations: bool,
 }
 
 impl Config {
     /// Reads the variables from `get` (the process environment in [`Config::get`]).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Config {
         let flag = |name: &str| get(name).is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
+        let on_unless_off =
+            |name: &str| get(name).is_none_or(|v| !(v.trim() == "0" || v.trim().eq_ignore_ascii_case("false")));
         Config {
             host_device: get("TANDEM_HOST_DEVICE").map(|v| v == "1" || v.eq_ignore_ascii_case("true")),
             threads: get("TANDEM_THREADS").and_then(|v| v.trim().parse().ok()).unwrap_or(0),
@@ -52,8 +59,8 @@ impl Config {
                 "12" => Some(12),
                 _ => None,
             }),
-            dependent_launch: get("TANDEM_DEPENDENT_LAUNCH")
-                .is_none_or(|v| !(v.trim() == "0" || v.trim().eq_ignore_ascii_case("false"))),
+            dependent_launch: on_unless_off("TANDEM_DEPENDENT_LAUNCH"),
+            early_activations: on_unless_off("TANDEM_EARLY_ACTIVATIONS"),
         }
     }
 
@@ -89,7 +96,10 @@ mod tests {
         for (v, on) in [("0", false), ("false", false), ("1", true), ("yes", true)] {
             let c = Config::from_lookup(|k| (k == "TANDEM_DEPENDENT_LAUNCH").then(|| v.into()));
             assert_eq!(c.dependent_launch, on, "{v}");
+            let c = Config::from_lookup(|k| (k == "TANDEM_EARLY_ACTIVATIONS").then(|| v.into()));
+            assert_eq!((c.early_activations, c.dependent_launch), (on, true), "{v}");
         }
+        assert!(c.early_activations);
         assert_eq!(c.wmma_emulate, None);
         let emu = |v: &str| Config::from_lookup(|k| (k == "TANDEM_WMMA_EMULATE").then(|| v.to_string())).wmma_emulate;
         assert_eq!(

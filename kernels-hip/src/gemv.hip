@@ -54,8 +54,8 @@ struct tandem_mm_shape {
 };
 
 // tandem_mm_shape::flags: the activations are in place before the kernel starts (MM_ACT_EARLY of
-// matmul_launch.rs), so tandem_gemv_<t>_u1 reads and quantizes its column before
-// tandem_grid_wait (writing only shared memory there).
+// matmul_launch.rs), so tandem_gemv_<t>_u1 reads and quantizes its column, and dots its first
+// TANDEM_SEGU_HELD steps, before tandem_grid_wait (writing only shared memory there).
 #define TANDEM_MM_ACT_EARLY 1
 
 // Mirrors `MulMatIdShape` in backend/src/gpu/ops/matmul_launch.rs (sixteen i64).
@@ -75,7 +75,7 @@ struct tandem_mmid_shape {
 // tandem_grid_wait.
 #define TANDEM_MMID_IDS_EARLY 1
 // With it, the activations are in place too (MMID_ACT_EARLY): tandem_mmid_<t>_u1 reads and
-// quantizes its slot's column before the wait as well.
+// quantizes its slot's column, and dots its first steps, before the wait as well.
 #define TANDEM_MMID_ACT_EARLY 2
 
 // Mirrors `Q8Shape` in backend/src/gpu/ops/matmul_launch.rs: src1 as [k, ne1, ne2, ne3] with
@@ -1445,9 +1445,11 @@ TANDEM_DEVICE void tandem_seg_cp16(u32 dst, const uint4* src) {
 // from memory faster than one stretch per wave); lane l of a unit's step holds segment l % S of
 // the unit's row l / S. Each wave copies its steps with cp.async into a ring of SLOTS stage
 // slots, SLOTS - 1 steps ahead of the one its lanes dot (the first SLOTS - 1 before
-// tandem_grid_wait).
+// tandem_grid_wait, and with act_early all the steps up to TANDEM_SEGU_HELD).
 
 #if defined(TANDEM_SEG_ASYNC)
+// Steps whose sums a wave of the units walk holds until its tandem_grid_wait (act_early).
+#define TANDEM_SEGU_HELD 2
 // The units walk of m rows of k weights at wbase (back to back, 16-byte aligned) against the
 // column at act (element stride nb10; nb11 only for the vector-load test), the row sums to the
 // f32 run at out. With act_early the column is read and quantized before tandem_grid_wait (the
@@ -1505,9 +1507,25 @@ TANDEM_DEVICE void tandem_segu_rows(const u8* wbase, i64 m, i64 k, const char* a
     int* sp = (int*)(sd + k / 32);  // PARTS: the halves' sums
     tandem_mv_quantize_block<T::G, T::PARTS>(act, nb10, nb11, k, 1, sq, sd, xa, sp);
     __syncthreads();
-    // Before the first output is written (the kernels ahead may still read that memory).
-    if (act_early) tandem_grid_wait();
     const int rr = lane / S, sg = lane % S;  // the lane's segment sg of the unit's row rr
+    // With act_early nothing ahead of the stores waits for the kernels ahead: the sums of the
+    // wave's first TANDEM_SEGU_HELD steps are held in registers (lanes of segment 0) and written
+    // after tandem_grid_wait, at the step after them or after the last, so a dependent launch
+    // reads, quantizes and dots while the kernel ahead still runs. Without it the wait came
+    // before the column was read.
+    bool waited = !act_early;
+    float held[TANDEM_SEGU_HELD];
+    const auto row_of = [&](i64 i) { return (gw + i * nwt) * R + rr; };
+    // The wait (wave-uniform: after step `upto` - 1, or with no step at all never needed), then
+    // the held sums of steps 0 .. upto - 1.
+    const auto release = [&](i64 upto) {
+        tandem_grid_wait();
+        waited = true;
+#pragma unroll
+        for (int h = 0; h < TANDEM_SEGU_HELD; ++h) {
+            if (h < upto && sg == 0 && row_of(h) < m) *(float*)(out + row_of(h) * 4) = held[h];
+        }
+    };
     for (i64 i = 0; i < nsteps; ++i) {
         const i64 u = gw + i * nwt;
         asm volatile("cp.async.wait_group %0;" ::"n"(SLOTS - 2) : "memory");
@@ -1532,8 +1550,17 @@ TANDEM_DEVICE void tandem_segu_rows(const u8* wbase, i64 m, i64 k, const char* a
             const float t = __shfl_down(v, o);
             if (sg + o < S) v += t;
         }
+        if (!waited && i < TANDEM_SEGU_HELD) {
+#pragma unroll
+            for (int h = 0; h < TANDEM_SEGU_HELD; ++h) {
+                if (h == i) held[h] = v;
+            }
+            continue;
+        }
+        if (!waited) release(TANDEM_SEGU_HELD);
         if (valid && sg == 0) *(float*)(out + (u * R + rr) * 4) = v;
     }
+    if (!waited && nsteps > 0) release(nsteps);
     asm volatile("cp.async.wait_group 0;" ::: "memory");
 }
 #endif

@@ -80,6 +80,7 @@ pub fn info() {
     println!("  TANDEM_STATS            {}", on_off(cfg.stats));
     println!("  TANDEM_F16_PREFILL      {}", on_off(cfg.f16_prefill));
     println!("  TANDEM_DEPENDENT_LAUNCH {}", on_off(cfg.dependent_launch));
+    println!("  TANDEM_EARLY_ACTIVATIONS {}", on_off(cfg.early_activations));
     println!(
         "  TANDEM_WMMA_EMULATE     {}",
         cfg.wmma_emulate

@@ -320,8 +320,9 @@ impl GpuDevice {
                         None => true,
                     };
                     let ids_ready = ready(&plan.ids_writer);
-                    // The same for a matmul's activations.
-                    let act_ready = ready(&plan.act_writer);
+                    // The same for a matmul's activations (unless TANDEM_EARLY_ACTIVATIONS=0 has
+                    // every kernel wait before it reads them, as when the kernel ahead writes them).
+                    let act_ready = ready(&plan.act_writer) && Config::get().early_activations;
                     let lc = LaunchCtx {
                         kernels: &self.kernels,
                         stream: &st.stream,

@@ -213,10 +213,10 @@ mod tests {
         mma_entry, mma_tile, mmid_grouped_bytes, mmid_mma_config, mmid_mma_entry, mmid_wmma_entry, mmq_shared_bytes,
         mmv_config, mmv_entry, mmv_fits, mmv_shared_bytes, quantize_config, rows_per_wave, seg_bytes, seg_entry,
         seg_in_units, seg_parts, seg_slots, seg_sm_shared, seg_unit_slots, seg_units_entry, split_sum_config,
-        wgmma_config, wgmma_entry, wgmma_f16_config, wgmma_fits, wgmma_shared_bytes, wgmma_takes, wgmmq_config,
-        wgmmq_entry, wgmmq_fits, wgmmq_shared_bytes, wgmmq_tensor_offsets, wmma_entry, wmma_native_layout, MmSplit,
-        AMD_BLOCK_LDS, GEMM_FAMILY, GEMV_FAMILY, GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES, MMA_COPY_VALUES,
-        QUANTIZE_VALUES, WGMMQ_MAX_ROW_BYTES, WMMA_FAMILY,
+        units_one_per_unit, wgmma_config, wgmma_entry, wgmma_f16_config, wgmma_fits, wgmma_shared_bytes, wgmma_takes,
+        wgmmq_config, wgmmq_entry, wgmmq_fits, wgmmq_shared_bytes, wgmmq_tensor_offsets, wmma_entry,
+        wmma_native_layout, MmSplit, AMD_BLOCK_LDS, GEMM_FAMILY, GEMV_FAMILY, GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES,
+        MMA_COPY_VALUES, QUANTIZE_VALUES, WGMMQ_MAX_ROW_BYTES, WMMA_FAMILY,
     };
     use super::*;
     use crate::gpu::api::DevicePtr;
@@ -382,7 +382,8 @@ mod tests {
             );
         }
         // The segment GEMV: q4_0, iq4_nl, q4_K; one column, k a multiple of 256, contiguous rows,
-        // 16-byte-aligned bases, rows enough to give each of the 132 x 8 waves (32 lanes) a step.
+        // 16-byte-aligned bases; in stretches (iq4_nl) rows enough to give each of the 132 x 8
+        // waves (32 lanes) a step, in units (q4_0, q4_K) any number of rows.
         let one = |ty: ElemType, m: i64, k: i64| MulMatShape {
             n: 1,
             m,
@@ -401,11 +402,11 @@ mod tests {
                 fits(ty, &one(ty, 14336, 4096)) && fits(ty, &one(ty, 4096, 14336)),
                 "{ty}"
             );
-            // 2112 rows of 16 segments fill the 1056 waves' steps; 2111 do not.
-            assert!(
-                fits(ty, &one(ty, 2112, 4096)) && !fits(ty, &one(ty, 2111, 4096)),
-                "{ty}"
-            );
+            // 2112 rows of 16 segments fill the 1056 waves' steps; 2111 do not, which leaves
+            // them out of stretches but not out of units.
+            assert!(fits(ty, &one(ty, 2112, 4096)), "{ty}");
+            assert_eq!(fits(ty, &one(ty, 2111, 4096)), ty != ElemType::IQ4NL, "{ty}");
+            assert_eq!(fits(ty, &one(ty, 1, 256)), ty != ElemType::IQ4NL, "{ty}");
             assert!(!fits(
                 ty,
                 &MulMatShape {
@@ -476,8 +477,8 @@ mod tests {
             96,
             "gfx1100"
         ));
-        // 1056 rows of 32 segments fill the 1056 waves' steps; 1055 do not.
-        assert!(fits(q8, &one(q8, 1056, 4096)) && !fits(q8, &one(q8, 1055, 4096)));
+        // In units any number of rows.
+        assert!(fits(q8, &one(q8, 1056, 4096)) && fits(q8, &one(q8, 1055, 4096)) && fits(q8, &one(q8, 1, 4096)));
         assert!(!gemv_seg_fits(
             q8,
             DevicePtr(0x1008),
@@ -496,14 +497,14 @@ mod tests {
         assert!(!fits(q6, &one(q6, 14336, 1024)) && !fits(q6, &one(q6, 14336, 8192)));
         assert!(!fits(q6, &one(q6, 4096, 14336)) && !fits(q6, &one(q6, 14336, 3072)));
         assert!(seg_in_units(q6, 4096, 32, "sm_90") && !seg_in_units(q6, 4096, 32, "sm_80"));
-        let c = gemv_seg_config(q6, &one(q6, 14336, 4096), 8, 32, 132, true);
+        let c = gemv_seg_config(q6, &one(q6, 14336, 4096), 8, 32, 132, true, true);
         assert_eq!(
             (c.grid, c.shared_bytes),
             ([264, 1, 1], 8 * 2 * 32 * 210 + 4096 + 1024 + 4096 / 16 * 4)
         );
         assert!(seg_parts(q6) && !seg_parts(q8) && !seg_parts(ElemType::Q4_0));
         // Three slots a wave.
-        let c = gemv_seg_config(q8, &one(q8, 14336, 4096), 8, 32, 132, true);
+        let c = gemv_seg_config(q8, &one(q8, 14336, 4096), 8, 32, 132, true, true);
         assert_eq!((c.grid, c.shared_bytes), ([264, 1, 1], 8 * 3 * 32 * 136 + 4096 + 1024));
         assert_eq!((seg_unit_slots(q8), seg_unit_slots(ElemType::Q4_0)), (3, 2));
         assert_eq!(
@@ -548,23 +549,63 @@ mod tests {
         // In units: two blocks per SM (fewer where the units, two rows of 16 segments at
         // k = 4096, leave a block's eight waves without one), a grid row per batch; shared
         // memory: eight waves' two stages of 32 segments, then the q8_1 column.
-        let c = gemv_seg_config(ElemType::Q4_0, &one(ElemType::Q4_0, 14336, 4096), 8, 32, 132, true);
+        let c = gemv_seg_config(
+            ElemType::Q4_0,
+            &one(ElemType::Q4_0, 14336, 4096),
+            8,
+            32,
+            132,
+            true,
+            true,
+        );
         assert_eq!(
             (c.grid, c.block, c.shared_bytes),
             ([264, 1, 1], [256, 1, 1], 8 * 2 * 32 * 144 + 4096 + 1024)
         );
+        // Units that two steps per wave cover over one block per SM (4224 rows: 2112 units of
+        // two rows for 132 x 8 waves) take one block per SM, so the next kernel's blocks fit
+        // beside them; fewer, a unit per wave (1024 rows: 512 units, 64 blocks); more take two.
+        let blocks =
+            |m: i64| gemv_seg_config(ElemType::Q4_0, &one(ElemType::Q4_0, m, 4096), 8, 32, 132, true, true).grid[0];
         assert_eq!(
-            gemv_seg_config(ElemType::Q4_0, &one(ElemType::Q4_0, 2112, 4096), 8, 32, 132, true).grid[0],
-            132
+            (blocks(2112), blocks(4224), blocks(1024), blocks(4226)),
+            (132, 132, 64, 264)
         );
+        assert_eq!(
+            (units_one_per_unit(2112, 8, 132), units_one_per_unit(2113, 8, 132)),
+            (Some(132), None)
+        );
+        assert_eq!(units_one_per_unit(5, 8, 132), Some(1));
+        // Batches keep the walk of two blocks per SM.
+        assert_eq!(
+            gemv_seg_config(
+                ElemType::Q4_0,
+                &MulMatShape {
+                    ne12: 2,
+                    ..one(ElemType::Q4_0, 1024, 4096)
+                },
+                8,
+                32,
+                132,
+                true,
+                true
+            )
+            .grid,
+            [64, 2, 1]
+        );
+        // Without the overlap (the column read after the wait, or no dependent launch), two
+        // blocks per SM as before: 1024 rows take 64 blocks (a unit per wave), 4224 rows 264.
+        let plain =
+            |m: i64| gemv_seg_config(ElemType::Q4_0, &one(ElemType::Q4_0, m, 4096), 8, 32, 132, true, false).grid[0];
+        assert_eq!((plain(1024), plain(4224), plain(14336)), (64, 264, 264));
         // k = 256: units of 32 rows; 20 rows are one unit, one block.
         assert_eq!(
-            gemv_seg_config(ElemType::Q4_0, &one(ElemType::Q4_0, 20, 256), 8, 32, 132, true).grid[0],
+            gemv_seg_config(ElemType::Q4_0, &one(ElemType::Q4_0, 20, 256), 8, 32, 132, true, true).grid[0],
             1
         );
         // In stretches: one block per SM (fewer where there are fewer than 8 rows a block), one
         // stage per wave.
-        let c = gemv_seg_config(ElemType::Q4K, &one(ElemType::Q4K, 4096, 14336), 8, 32, 132, false);
+        let c = gemv_seg_config(ElemType::Q4K, &one(ElemType::Q4K, 4096, 14336), 8, 32, 132, false, true);
         assert_eq!(
             (c.grid, c.shared_bytes),
             ([132, 1, 1], 8 * 32 * 144 + 14336 + 14336 / 32 * 8)
@@ -579,10 +620,11 @@ mod tests {
             64,
             4,
             false,
+            true,
         );
         assert_eq!((c.grid, c.shared_bytes), ([4, 3, 1], 4 * 64 * 144 + 256 + 64));
         assert_eq!(
-            gemv_seg_config(ElemType::Q4_0, &one(ElemType::Q4_0, 20, 256), 8, 32, 132, false).grid[0],
+            gemv_seg_config(ElemType::Q4_0, &one(ElemType::Q4_0, 20, 256), 8, 32, 132, false, true).grid[0],
             3
         );
         let q = Q8Shape::of(srcs[1].unwrap());
@@ -761,19 +803,49 @@ mod tests {
             );
         }
         // 128 experts top-8, 768 x 2048 q4_0: units of four rows (eight segments a row), 192 a
-        // slot; two blocks per SM would be 33 a slot, but 24 blocks of eight waves give each
-        // unit a wave.
+        // slot, 1536 in all, which two steps per wave cover with one block per SM: 16 a slot.
         let s = shape(ElemType::Q4_0, 768, 2048, 128, 8, 1);
-        let c = mmid_units_config(ElemType::Q4_0, &s, 8, 32, 132);
+        let c = mmid_units_config(ElemType::Q4_0, &s, 8, 32, 132, true);
         assert_eq!(
             (c.grid, c.block, c.shared_bytes),
-            ([24, 8, 1], [256, 1, 1], 8 * 2 * 32 * 144 + 2048 + 512)
+            ([16, 8, 1], [256, 1, 1], 8 * 2 * 32 * 144 + 2048 + 512)
         );
+        // Without the overlap about two blocks per SM: 33 a slot, but 24 blocks of eight waves
+        // give each unit a wave.
+        assert_eq!(
+            mmid_units_config(ElemType::Q4_0, &s, 8, 32, 132, false).grid,
+            [24, 8, 1]
+        );
+        // Two tokens (3072 units) take more steps: about two blocks per SM, 17 a slot (24
+        // blocks of eight waves would give each unit a wave).
+        let c = mmid_units_config(
+            ElemType::Q4_0,
+            &shape(ElemType::Q4_0, 768, 2048, 128, 8, 2),
+            8,
+            32,
+            132,
+            true,
+        );
+        assert_eq!(c.grid, [17, 16, 1]);
         // One token of 4 experts, 2048 x 4096 q4_K: 1024 units a slot, 66 blocks a slot.
-        let c = mmid_units_config(ElemType::Q4K, &shape(ElemType::Q4K, 2048, 4096, 32, 4, 1), 8, 32, 132);
+        let c = mmid_units_config(
+            ElemType::Q4K,
+            &shape(ElemType::Q4K, 2048, 4096, 32, 4, 1),
+            8,
+            32,
+            132,
+            true,
+        );
         assert_eq!(c.grid, [66, 4, 1]);
         // Few rows: a unit per wave at most (33 rows of k = 256: two units of 32 rows, one block).
-        let c = mmid_units_config(ElemType::Q4_0, &shape(ElemType::Q4_0, 33, 256, 4, 2, 3), 8, 32, 132);
+        let c = mmid_units_config(
+            ElemType::Q4_0,
+            &shape(ElemType::Q4_0, 33, 256, 4, 2, 3),
+            8,
+            32,
+            132,
+            true,
+        );
         assert_eq!(c.grid, [1, 6, 1]);
     }
 

@@ -15,7 +15,8 @@
 //!   per lane (dynamic shared memory: the stages and the block's q8_1 column);
 //!   `tandem_gemv_<t>_u1` (q4_0, q4_K, q8_0 and q6_K where [`seg_in_units`]) likewise, the waves
 //!   taking units of whole rows in turn across the grid, a ring of stages per wave (two, q8_0
-//!   three; [`seg_unit_slots`]). Float
+//!   three; [`seg_unit_slots`]); one block per SM where [`SEGU_HELD`] steps per wave cover the
+//!   units ([`units_one_per_unit`]), else about two. Float
 //!   weights: block 128, grid (ceil(m / rows), batches), `GEMV_FLOAT_ROWS` rows per block for
 //!   one column (else one), each thread loading several 16-byte vectors of every row at once.
 //! - `tandem_mul_mat_id_<type>`: as the GEMV of its type, grid.y = n_used * n_tokens;
@@ -1067,8 +1068,8 @@ pub fn gemv_seg_fits(
         && (base.0 as i64 | s.nb02 | s.nb03) % 16 == 0
         && s.batches() <= MAX_GRID_YZ
         && s.m <= i64::from(i32::MAX)
-        && s.m * seg_segments(ty, s.k) >= i64::from(units.max(1)) * waves * i64::from(warp_size)
-        && gemv_seg_config(ty, s, waves, warp_size, units, in_units).shared_bytes <= seg_shared_limit(arch)
+        && (in_units || s.m * seg_segments(ty, s.k) >= i64::from(units.max(1)) * waves * i64::from(warp_size))
+        && gemv_seg_config(ty, s, waves, warp_size, units, in_units, false).shared_bytes <= seg_shared_limit(arch)
 }
 
 /// Shared memory one segment-GEMV block may take on a device of compile target `arch`: the
@@ -1111,17 +1112,55 @@ pub fn seg_unit_slots(ty: ElemType) -> i64 {
 /// on an H200 (q4_0 14336 x 4096, µs back to back): in units 11.6 with one block per SM, 11.0
 /// with two, 12.5 with three (only two fit); in stretches the kernel's first version was no
 /// faster with two than with one and slower for iq4_nl (14.3 against 16.1).
-fn seg_blocks(ty: ElemType, s: &MulMatShape, waves: i64, warp_size: u32, units: u32, in_units: bool) -> i64 {
+fn seg_blocks(
+    ty: ElemType,
+    s: &MulMatShape,
+    waves: i64,
+    warp_size: u32,
+    units: u32,
+    in_units: bool,
+    overlapped: bool,
+) -> i64 {
     let rows = if in_units {
         (i64::from(warp_size) / seg_segments(ty, s.k).max(1)).max(1)
     } else {
         1
     };
     let work = (s.m.max(1) + rows - 1) / rows;
+    if in_units && overlapped && s.batches() == 1 {
+        if let Some(blocks) = units_one_per_unit(work, waves, units) {
+            return blocks;
+        }
+    }
     let per_unit = if in_units { 2 } else { 1 };
     (per_unit * i64::from(units.max(1)))
         .min((work + waves - 1) / waves)
         .max(1)
+}
+
+/// Steps whose sums a wave of the units walk holds until its wait for the kernels ahead
+/// (`TANDEM_SEGU_HELD` of gemv.hip): a dependent launch with its column in place dots that many
+/// before it waits.
+pub const SEGU_HELD: i64 = 2;
+
+/// Blocks of a units walk of `work` units that at most `SEGU_HELD` steps per wave cover with at
+/// most one block per SM/CU, if any: as many as there are SMs (or units), so that each SM holds
+/// one block of this kernel and room for one of the next, which then reads, quantizes and dots
+/// its share while this one ends (a dependent launch); `None` where it takes more steps (two
+/// blocks per SM then keep more copies in flight).
+pub fn units_one_per_unit(work: i64, waves: i64, units: u32) -> Option<i64> {
+    let sms = i64::from(units.max(1));
+    let waves = waves.max(1);
+    (work <= sms * waves * SEGU_HELD).then(|| sms.min((work.max(1) + waves - 1) / waves))
+}
+
+/// Whether a units walk queued now runs its first steps while the kernel ahead still runs: it
+/// reads its column early (`early`, the ACT_EARLY flags) and goes out as a dependent launch
+/// that overlaps what is ahead. Only then does one block per SM ([`units_one_per_unit`]) pay:
+/// with its column read after the wait, two blocks per SM were faster (H200: MoE q4_0 at one
+/// token 4.66 against 5.39 µs back to back, docs/performance.md, twenty-ninth record).
+fn overlaps_ahead(ctx: &LaunchCtx<'_>, early: bool) -> bool {
+    early && ctx.settled && ctx.stream.context().dependent_launch()
 }
 
 /// Launch geometry of the segment GEMV of `ty`, in units or stretches ([`seg_in_units`]):
@@ -1135,11 +1174,12 @@ pub fn gemv_seg_config(
     warp_size: u32,
     units: u32,
     in_units: bool,
+    overlapped: bool,
 ) -> LaunchConfig {
     let shared = seg_block_shared(ty, s.k, waves, warp_size, in_units);
     LaunchConfig {
         grid: [
-            seg_blocks(ty, s, waves, warp_size, units, in_units) as u32,
+            seg_blocks(ty, s, waves, warp_size, units, in_units, overlapped) as u32,
             s.batches().clamp(1, MAX_GRID_YZ) as u32,
             1,
         ],
@@ -1431,9 +1471,9 @@ pub unsafe fn launch_gemv(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
     .filter(|_| seg)
     {
         let f = ctx.kernels.function(GEMV_FAMILY, entry)?;
-        let cfg = gemv_seg_config(w.ty, &s, waves, warp, units, in_units);
         // In units the column is read and quantized before the wait where it is in place.
         let flags = if in_units && ctx.act_ready { MM_ACT_EARLY } else { 0 };
+        let cfg = gemv_seg_config(w.ty, &s, waves, warp, units, in_units, overlaps_ahead(ctx, flags != 0));
         let mut args = KernelArgs::new();
         args.push(dptr(w))
             .push(dptr(src1))
@@ -1729,8 +1769,18 @@ pub unsafe fn launch_mul_mat_id(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<
         // (as below), and its column only with MMID_ACT_EARLY, set where `ctx.act_ready` says
         // no kernel ahead of it still writes it, so it may be a dependent launch.
         return unsafe {
-            ctx.stream
-                .launch_dependent(&f, mmid_units_config(w.ty, &s, waves, warp, units), &mut args)
+            ctx.stream.launch_dependent(
+                &f,
+                mmid_units_config(
+                    w.ty,
+                    &s,
+                    waves,
+                    warp,
+                    units,
+                    overlaps_ahead(ctx, s.flags & MMID_ACT_EARLY != 0),
+                ),
+                &mut args,
+            )
         }
         .map_err(KernelError::Gpu);
     }
@@ -1815,12 +1865,26 @@ pub fn mmid_in_units(ty: ElemType, base: DevicePtr, s: &MulMatIdShape, warp_size
 /// Launch geometry of `tandem_mmid_<t>_u1`: one grid row per slot, and per slot as many
 /// blocks of `waves` waves as give the grid about two per SM/CU over all slots (as the
 /// one-column GEMV in units), no more than give every wave a unit.
-pub fn mmid_units_config(ty: ElemType, s: &MulMatIdShape, waves: i64, warp_size: u32, units: u32) -> LaunchConfig {
+pub fn mmid_units_config(
+    ty: ElemType,
+    s: &MulMatIdShape,
+    waves: i64,
+    warp_size: u32,
+    units: u32,
+    overlapped: bool,
+) -> LaunchConfig {
     let rows = (i64::from(warp_size) / seg_segments(ty, s.k).max(1)).max(1);
     let work = (s.m.max(1) + rows - 1) / rows;
     let slots = s.slots().max(1);
-    let wanted = (2 * i64::from(units.max(1)) + slots - 1) / slots;
-    let per_slot = wanted.min((work + waves - 1) / waves).max(1);
+    // As the GEMV's units walk: at most one block per SM where the slots' units fit SEGU_HELD
+    // steps per wave so, else about two.
+    let sms = i64::from(units.max(1));
+    let per_slot = if overlapped && slots <= sms && work * slots <= sms * waves.max(1) * SEGU_HELD {
+        (sms / slots).min((work + waves - 1) / waves).max(1)
+    } else {
+        let wanted = (2 * sms + slots - 1) / slots;
+        wanted.min((work + waves - 1) / waves).max(1)
+    };
     LaunchConfig {
         grid: [per_slot as u32, slots.min(MAX_GRID_YZ) as u32, 1],
         block: [GEMV_THREADS, 1, 1],
