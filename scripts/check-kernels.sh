@@ -25,24 +25,33 @@ mkdir -p "$work"
 failures=0
 
 # ---------------------------------------------------------------- NVIDIA through NVRTC
-check_nvidia() {
-    local site="$work/nvrtc-wheel"
-    local stamp="$site/.installed-$nvrtc_wheel"
-    if [[ ! -f "$stamp" ]]; then
+# wheel_file WHEEL FOLDER FIND-ARGS...: installs the pinned PyPI wheel into $work/FOLDER once
+# (a stamp names the wheel) and prints the first file `find` matches there; fails, saying which,
+# if either step does.
+wheel_file() {
+    local wheel="$1" site="$work/$2"
+    shift 2
+    if [[ ! -f "$site/.installed-$wheel" ]]; then
         rm -rf "$site"
         if ! python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps --target "$site" \
-            "$nvrtc_wheel"; then
-            echo "check-kernels: FAIL nvidia: could not install $nvrtc_wheel"
+            "$wheel"; then
+            echo "check-kernels: FAIL nvidia: could not install $wheel" >&2
             return 1
         fi
-        touch "$stamp"
+        touch "$site/.installed-$wheel"
     fi
-    local lib
-    lib="$(find "$site" -name 'libnvrtc.so.*' ! -name '*builtins*' | sort | head -n1)"
-    if [[ -z "$lib" ]]; then
-        echo "check-kernels: FAIL nvidia: no libnvrtc.so.* inside $nvrtc_wheel"
+    local file
+    file="$(find "$site" "$@" | sort | head -n1)"
+    if [[ -z "$file" ]]; then
+        echo "check-kernels: FAIL nvidia: $* found nothing inside $wheel" >&2
         return 1
     fi
+    echo "$file"
+}
+
+check_nvidia() {
+    local lib
+    lib="$(wheel_file "$nvrtc_wheel" nvrtc-wheel -name 'libnvrtc.so.*' ! -name '*builtins*')" || return 1
     echo "check-kernels: nvidia $nvidia_arch with $lib"
     # TANDEM_REQUIRE_NVRTC turns the test's "NVRTC not found" skip into a failure.
     (cd "$root" && TANDEM_NVRTC="$lib" TANDEM_REQUIRE_NVRTC=1 TANDEM_CHECK_NVIDIA_ARCH="$nvidia_arch" \
@@ -50,23 +59,8 @@ check_nvidia() {
         -- --exact --nocapture) || return 1
     # The SASS of the kernels that prefetch weights ahead of their wait for the kernel ahead:
     # nvdisasm from its PyPI wheel, required here.
-    local dis_site="$work/nvdisasm-wheel"
-    local dis_stamp="$dis_site/.installed-$nvdisasm_wheel"
-    if [[ ! -f "$dis_stamp" ]]; then
-        rm -rf "$dis_site"
-        if ! python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps --target "$dis_site" \
-            "$nvdisasm_wheel"; then
-            echo "check-kernels: FAIL nvidia: could not install $nvdisasm_wheel"
-            return 1
-        fi
-        touch "$dis_stamp"
-    fi
     local dis
-    dis="$(find "$dis_site" -name nvdisasm -type f | head -n1)"
-    if [[ -z "$dis" ]]; then
-        echo "check-kernels: FAIL nvidia: no nvdisasm inside $nvdisasm_wheel"
-        return 1
-    fi
+    dis="$(wheel_file "$nvdisasm_wheel" nvdisasm-wheel -name nvdisasm -type f)" || return 1
     (cd "$root" && TANDEM_NVRTC="$lib" TANDEM_REQUIRE_NVRTC=1 TANDEM_NVDISASM="$dis" TANDEM_REQUIRE_NVDISASM=1 \
         cargo test --quiet -p tandem-backend --lib gpu::check::tests::dependent_kernels_load_before_their_wait \
         -- --exact --nocapture)

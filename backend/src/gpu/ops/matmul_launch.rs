@@ -1112,30 +1112,23 @@ pub fn seg_unit_slots(ty: ElemType) -> i64 {
 /// on an H200 (q4_0 14336 x 4096, µs back to back): in units 11.6 with one block per SM, 11.0
 /// with two, 12.5 with three (only two fit); in stretches the kernel's first version was no
 /// faster with two than with one and slower for iq4_nl (14.3 against 16.1).
-fn seg_blocks(
-    ty: ElemType,
-    s: &MulMatShape,
-    waves: i64,
-    warp_size: u32,
-    units: u32,
-    in_units: bool,
-    overlapped: bool,
-) -> i64 {
+/// `work`: the walk's units of a batch ([`seg_work`]).
+fn seg_blocks(work: i64, waves: i64, units: u32, in_units: bool) -> i64 {
+    let per_unit = if in_units { 2 } else { 1 };
+    (per_unit * i64::from(units.max(1)))
+        .min((work + waves - 1) / waves)
+        .max(1)
+}
+
+/// What the waves of a segment GEMV take of each batch: its units (warp_size / S rows of S
+/// segments) in units, its rows in stretches.
+fn seg_work(ty: ElemType, s: &MulMatShape, warp_size: u32, in_units: bool) -> i64 {
     let rows = if in_units {
         (i64::from(warp_size) / seg_segments(ty, s.k).max(1)).max(1)
     } else {
         1
     };
-    let work = (s.m.max(1) + rows - 1) / rows;
-    if in_units && overlapped && s.batches() == 1 {
-        if let Some(blocks) = units_one_per_unit(work, waves, units) {
-            return blocks;
-        }
-    }
-    let per_unit = if in_units { 2 } else { 1 };
-    (per_unit * i64::from(units.max(1)))
-        .min((work + waves - 1) / waves)
-        .max(1)
+    (s.m.max(1) + rows - 1) / rows
 }
 
 /// Steps whose sums a wave of the units walk holds until its wait for the kernels ahead
@@ -1177,12 +1170,13 @@ pub fn gemv_seg_config(
     overlapped: bool,
 ) -> LaunchConfig {
     let shared = seg_block_shared(ty, s.k, waves, warp_size, in_units);
+    let work = seg_work(ty, s, warp_size, in_units);
+    let blocks = (in_units && overlapped && s.batches() == 1)
+        .then(|| units_one_per_unit(work, waves, units))
+        .flatten()
+        .unwrap_or_else(|| seg_blocks(work, waves, units, in_units));
     LaunchConfig {
-        grid: [
-            seg_blocks(ty, s, waves, warp_size, units, in_units, overlapped) as u32,
-            s.batches().clamp(1, MAX_GRID_YZ) as u32,
-            1,
-        ],
+        grid: [blocks as u32, s.batches().clamp(1, MAX_GRID_YZ) as u32, 1],
         block: [GEMV_THREADS, 1, 1],
         shared_bytes: shared as u32,
     }
