@@ -816,37 +816,20 @@ mod tests {
             mmid_units_config(ElemType::Q4_0, &s, 8, 32, 132, false).grid,
             [24, 8, 1]
         );
+        let grid = |ty: ElemType, s: MulMatIdShape| mmid_units_config(ty, &s, 8, 32, 132, true).grid;
         // Two tokens (3072 units) take more steps: about two blocks per SM, 17 a slot (24
         // blocks of eight waves would give each unit a wave).
-        let c = mmid_units_config(
-            ElemType::Q4_0,
-            &shape(ElemType::Q4_0, 768, 2048, 128, 8, 2),
-            8,
-            32,
-            132,
-            true,
+        assert_eq!(
+            grid(ElemType::Q4_0, shape(ElemType::Q4_0, 768, 2048, 128, 8, 2)),
+            [17, 16, 1]
         );
-        assert_eq!(c.grid, [17, 16, 1]);
         // One token of 4 experts, 2048 x 4096 q4_K: 1024 units a slot, 66 blocks a slot.
-        let c = mmid_units_config(
-            ElemType::Q4K,
-            &shape(ElemType::Q4K, 2048, 4096, 32, 4, 1),
-            8,
-            32,
-            132,
-            true,
+        assert_eq!(
+            grid(ElemType::Q4K, shape(ElemType::Q4K, 2048, 4096, 32, 4, 1)),
+            [66, 4, 1]
         );
-        assert_eq!(c.grid, [66, 4, 1]);
         // Few rows: a unit per wave at most (33 rows of k = 256: two units of 32 rows, one block).
-        let c = mmid_units_config(
-            ElemType::Q4_0,
-            &shape(ElemType::Q4_0, 33, 256, 4, 2, 3),
-            8,
-            32,
-            132,
-            true,
-        );
-        assert_eq!(c.grid, [1, 6, 1]);
+        assert_eq!(grid(ElemType::Q4_0, shape(ElemType::Q4_0, 33, 256, 4, 2, 3)), [1, 6, 1]);
     }
 
     #[test]

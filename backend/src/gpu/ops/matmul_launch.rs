@@ -1873,12 +1873,13 @@ pub fn mmid_units_config(
     // As the GEMV's units walk: at most one block per SM where the slots' units fit SEGU_HELD
     // steps per wave so, else about two.
     let sms = i64::from(units.max(1));
-    let per_slot = if overlapped && slots <= sms && work * slots <= sms * waves.max(1) * SEGU_HELD {
-        (sms / slots).min((work + waves - 1) / waves).max(1)
+    let one_per_sm = overlapped && slots <= sms && units_one_per_unit(work * slots, waves, units).is_some();
+    let wanted = if one_per_sm {
+        sms / slots
     } else {
-        let wanted = (2 * sms + slots - 1) / slots;
-        wanted.min((work + waves - 1) / waves).max(1)
+        (2 * sms + slots - 1) / slots
     };
+    let per_slot = wanted.min((work + waves - 1) / waves).max(1);
     LaunchConfig {
         grid: [per_slot as u32, slots.min(MAX_GRID_YZ) as u32, 1],
         block: [GEMV_THREADS, 1, 1],
