@@ -2,6 +2,17 @@
 
 use std::sync::OnceLock;
 
+/// `TANDEM_F16_PREFILL`: `0` / `false` never, `1` / `true` at every prefill width, unset (or
+/// anything else) only where it is much the faster ([`F16Prefill::Wide`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum F16Prefill {
+    Never,
+    /// More columns than one tile of the int8 GEMM holds (128): there the f16 GEMM takes about
+    /// half the time, where below it saves less than a tenth (docs/performance.md).
+    Wide,
+    Always,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
     /// `TANDEM_HOST_DEVICE`: `Some(true)` forces the host device, `Some(false)` hides it, `None`
@@ -15,9 +26,10 @@ pub struct Config {
     pub log_dispatch: bool,
     /// `TANDEM_STATS=1`: print per-graph statistics.
     pub stats: bool,
-    /// `TANDEM_F16_PREFILL=1`: prefill of the 32-value block types on the Hopper f16 GEMM (faster;
-    /// f16 products of the q8-rounded activations instead of the CPU's integer sums).
-    pub f16_prefill: bool,
+    /// `TANDEM_F16_PREFILL`: which prefill widths of the 32-value block types take the Hopper
+    /// f16 GEMM (f16 products of the q8-rounded activations) rather than the Hopper int8 GEMM
+    /// (the CPU's integer group sums).
+    pub f16_prefill: F16Prefill,
     /// `TANDEM_WMMA_EMULATE=9|11|12`: on NVIDIA, quantized prefill on the AMD matrix tiles with the
     /// instruction emulated in that register layout (CDNA's MFMA, gfx11's or gfx12's WMMA); a test
     /// of those tiles.
@@ -52,7 +64,14 @@ impl Config {
                 .unwrap_or_default(),
             log_dispatch: flag("TANDEM_LOG_DISPATCH"),
             stats: flag("TANDEM_STATS"),
-            f16_prefill: flag("TANDEM_F16_PREFILL"),
+            f16_prefill: match get("TANDEM_F16_PREFILL")
+                .map(|v| v.trim().to_ascii_lowercase())
+                .as_deref()
+            {
+                Some("0" | "false") => F16Prefill::Never,
+                Some("1" | "true") => F16Prefill::Always,
+                _ => F16Prefill::Wide,
+            },
             wmma_emulate: get("TANDEM_WMMA_EMULATE").and_then(|v| match v.trim() {
                 "9" => Some(9),
                 "11" => Some(11),
@@ -90,8 +109,17 @@ mod tests {
             "TANDEM_HOST_DEVICE" => Some("0".into()),
             _ => None,
         });
-        assert!(c.stats && !c.log_dispatch && !c.f16_prefill);
-        assert!(Config::from_lookup(|k| (k == "TANDEM_F16_PREFILL").then(|| "1".into())).f16_prefill);
+        assert!(c.stats && !c.log_dispatch && c.f16_prefill == F16Prefill::Wide);
+        for (v, want) in [
+            ("0", F16Prefill::Never),
+            ("False", F16Prefill::Never),
+            ("1", F16Prefill::Always),
+            ("true", F16Prefill::Always),
+            ("auto", F16Prefill::Wide),
+        ] {
+            let c = Config::from_lookup(|k| (k == "TANDEM_F16_PREFILL").then(|| v.into()));
+            assert_eq!(c.f16_prefill, want, "{v}");
+        }
         assert!(c.dependent_launch);
         for (v, on) in [("0", false), ("false", false), ("1", true), ("yes", true)] {
             let c = Config::from_lookup(|k| (k == "TANDEM_DEPENDENT_LAUNCH").then(|| v.into()));

@@ -452,6 +452,16 @@ struct tandem_mmf_iq4_nl {
     }
 };
 
+// Whether block type T has frag_w (see tandem_mmf_q4_0).
+template <typename T, typename = void>
+struct tandem_mma_has_words {
+    static constexpr bool value = false;
+};
+template <typename T>
+struct tandem_mma_has_words<T, decltype((void)T::WORDS)> {
+    static constexpr bool value = true;
+};
+
 // A thread's share of a tile's copies: thread t copies half (t % 2) of weight row t / 2's raw
 // step (8-byte units t % 2, t % 2 + 2, ...: the two threads of a row take adjacent units, so
 // each copy instruction reads 16 bytes of a row), of activation column t / 2's int8 values (KG
@@ -2368,18 +2378,22 @@ TANDEM_DEVICE void tandem_wgmma_issue(float (&acc)[TANDEM_WGMMA_BN / 2], const u
     static_assert(TANDEM_WGMMA_BN == 256, "one m64n256k16 per k16 slice");
     tandem_wgmma_hold(acc);
     tandem_wgmma_fence();
+    // Slice j starts 32 bytes (2 descriptor address units) after slice 0; the tiles lie in shared
+    // memory below 228 KiB, so the start address field (14 bits of 16-byte units) cannot carry.
+    const u64 da = tandem_wgmma_desc(sa), db = tandem_wgmma_desc(sb);
 #pragma unroll
     for (int j = 0; j < TANDEM_WGMMA_BK / 16; ++j) {
-        tandem_wgmma_256<BF>(acc, tandem_wgmma_desc(sa + 32 * j), tandem_wgmma_desc(sb + 32 * j));
+        tandem_wgmma_256<BF>(acc, da + 2 * j, db + 2 * j);
     }
     tandem_wgmma_commit();
 }
 
 
 // Waits for the last mma and writes warpgroup g's part of the tile (rows and columns past m, n
-// are skipped).
+// are skipped), each column's sums times its scale cs[col] where cs is given (the block types:
+// tandem_mma_f16_q8_copy's powers of two).
 TANDEM_DEVICE void tandem_wgmma_store(float (&acc)[TANDEM_WGMMA_BN / 2], char* out, const tandem_mm_shape& s, i64 row0,
-                                      i64 col0) {
+                                      i64 col0, const float* cs = nullptr) {
     tandem_wgmma_wait<0>();
     tandem_wgmma_hold(acc);
     tandem_cp_wait<0>();
@@ -2393,7 +2407,9 @@ TANDEM_DEVICE void tandem_wgmma_store(float (&acc)[TANDEM_WGMMA_BN / 2], char* o
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const i64 row = rr + (e >= 2 ? 8 : 0), col = col0 + 8 * j + 2 * (i % 4) + (e & 1);
-            if (row < s.m && col < s.n) *(float*)(out + col * s.nb1 + row * 4) = acc[4 * j + e];
+            if (row < s.m && col < s.n) {
+                *(float*)(out + col * s.nb1 + row * 4) = cs != nullptr ? acc[4 * j + e] * cs[col] : acc[4 * j + e];
+            }
         }
     }
 }
@@ -2523,53 +2539,98 @@ TANDEM_DEVICE void tandem_wgmma_f16_tile(const char* w, const u16* xh, char* dst
 }
 
 // Weights in 32-value blocks (the frag() types above) x the q8-rounded f16 copy of the
-// activations (tandem_mma_f16_q8_copy): as the f16 tile, but each step's raw weight blocks (two per row, 2 * BYTES bytes, 4-byte aligned: the
-// host asks for k % 64 == 0 and 4-byte aligned rows) are copied with 4-byte cp.async, one step
-// ahead of the activations (group j holds the activations of step j and the raw blocks of step
-// j + 1), and while the mma of step s runs every thread converts one (row, block) pair of step
-// s + 1 to f16 (d * q + m, rounded once: tandem_wgmma_h4) into the next of three swizzled weight tiles; the
-// barrier at the top of step s + 1 hands that tile to the mma. Shared memory: the three weight
-// tiles, then TANDEM_WGMMA_QSTAGES stages of activations and raw weights (padded to 1024 bytes).
+// activations (tandem_mma_f16_q8_copy): as the f16 tile, but each step's raw weight blocks (two
+// per row, RAW_ROW = 2 * BYTES bytes, 4-byte aligned: the host asks for k % 64 == 0, 4-byte
+// aligned rows less than 16 MiB apart and a 16-byte aligned base) are copied as the 16-byte units
+// around them, one step ahead of the activations (group j holds the activations of step j and the
+// raw blocks of step j + 1), and while the mma of step s runs every thread converts one (row,
+// block) pair of step s + 1 to f16 (d * q + m, rounded once: tandem_wgmma_h4) into the next of
+// three swizzled weight tiles; the barrier at the top of step s + 1 hands that tile to the mma.
+// Shared memory: the three weight tiles, then TANDEM_WGMMA_QSTAGES stages of activations and raw
+// weights (padded to 1024 bytes).
 template <typename T>
 struct tandem_wgmma_qlayout {
     static constexpr int RAW_ROW = 2 * T::BYTES;
-    static constexpr int WORDS = TANDEM_WGMMA_BM * RAW_ROW / 4;
-    // The raw blocks padded to 1024 bytes: every stage's activation tile stays 1024-byte
-    // aligned, as the swizzled descriptors need.
-    static constexpr int STAGE = TANDEM_WGMMA_B_BYTES + (TANDEM_WGMMA_BM * RAW_ROW + 1023) / 1024 * 1024;
+    // A row's step starts `lead` (0, 4, 8 or 12) bytes into the 16-byte unit around its start; it
+    // is staged as the UNITS units from there, WROW bytes per row.
+    static constexpr int UNITS = (12 + RAW_ROW + 15) / 16;
+    static constexpr int WROW = 16 * UNITS;
+    static constexpr int ALL = TANDEM_WGMMA_BM * UNITS;
+    // The raw units padded to 1024 bytes: every stage's activation tile stays 1024-byte aligned,
+    // as the swizzled descriptors need.
+    static constexpr int STAGE = TANDEM_WGMMA_B_BYTES + (TANDEM_WGMMA_BM * WROW + 1023) / 1024 * 1024;
     static constexpr int STAGES_AT = 3 * TANDEM_WGMMA_A_BYTES;
+    static_assert(RAW_ROW % 4 == 0 && UNITS <= 15, "4-byte aligned steps; a unit index in four bits");
     static_assert(STAGE % 1024 == 0 && STAGES_AT % 1024 == 0, "swizzled tiles start 1024-byte aligned");
+    static_assert(STAGES_AT + TANDEM_WGMMA_QSTAGES * STAGE + 1024 <= 227 * 1024, "a block's shared memory");
 };
 
-// The raw weight words a thread copies each step: word u = t + 256 j of the step's rows (row
-// after row, RAW_ROW / 4 words each), at byte offset off[j] from the step's start in row 0;
-// bit j of `in` says whether the word is a copy (its row inside m, u inside the step).
+// The raw weight units a thread copies each step: unit c = t + 256 j of the step's (row after
+// row, UNITS each: consecutive threads take consecutive units, so a warp's copies read the lines
+// of a few rows and fill 512 contiguous bytes), unit c % UNITS of row c / UNITS, at offset off[j]
+// from the row's step rounded down to 16 bytes. Units past the step's end (or its row past m)
+// copy no bytes; the bytes before a step in its first unit are the row's previous step or the
+// previous row's last (the base is 16-byte aligned, so never before the weights).
 template <typename T>
 struct tandem_wgmma_raw {
     using L = tandem_wgmma_qlayout<T>;
-    static constexpr int J = (L::WORDS + TANDEM_WGMMA_THREADS - 1) / TANDEM_WGMMA_THREADS;
-    i64 off[J];
-    u32 in;
+    static constexpr int J = (L::ALL + TANDEM_WGMMA_THREADS - 1) / TANDEM_WGMMA_THREADS;
+    static_assert(J <= 4 && L::ALL % 32 == 0, "a byte per copy; whole warps past the last unit");
+    static_assert(L::RAW_ROW <= 16 * 14, "a copy's byte count in eight bits");
+    // r nb01 + 16 u of copy j (32-bit: the host keeps nb01 under 2^24, so r nb01 < 2^31).
+    u32 off[J];
+    // Byte j: 16 + RAW_ROW - 16 u for copy j's unit u (so that it copies min(16, ld + byte - 16)
+    // bytes of the step, ld its lead), or 0 where its row is past m (no bytes).
+    u32 rest;
     __device__ tandem_wgmma_raw(i64 nb01, i64 rows) {
-        in = 0;
+        rest = 0;
 #pragma unroll
         for (int j = 0; j < J; ++j) {
-            const int u = threadIdx.x + j * TANDEM_WGMMA_THREADS;
-            const int r = u / (L::RAW_ROW / 4), word = u % (L::RAW_ROW / 4);
-            off[j] = r * nb01 + 4 * word;
-            if (u < L::WORDS && r < rows) in |= 1u << j;
+            const int c = threadIdx.x + j * TANDEM_WGMMA_THREADS;
+            const int r = c / L::UNITS, u = c % L::UNITS;
+            off[j] = (u32)r * (u32)nb01 + 16u * u;
+            if (c < L::ALL && r < rows) rest |= (u32)(16 + L::RAW_ROW - 16 * u) << (8 * j);
         }
     }
-    // Queues the raw blocks of step `st` (rows from row0p) into `raw`.
-    __device__ void copy(u8* raw, const u8* row0p, i64 st) const {
-        const u32 sraw = tandem_smem_addr(raw) + 4 * threadIdx.x;
-        const u8* first = row0p + st * L::RAW_ROW;
+    // Queues the raw blocks of step `st` (rows from row0p) into `raw`; `any`: a valid 16-byte
+    // aligned address for the copies of no bytes.
+    __device__ void copy(u8* raw, const u8* row0p, i64 st, const u8* any) const {
+        const u32 dst = tandem_smem_addr(raw) + 16 * threadIdx.x;
+        const u8* a = row0p + st * L::RAW_ROW;
 #pragma unroll
         for (int j = 0; j < J; ++j) {
-            if (threadIdx.x + j * TANDEM_WGMMA_THREADS < L::WORDS) {
-                const bool ok = (in >> j) & 1u;
-                tandem_cp4s(sraw + 4 * j * TANDEM_WGMMA_THREADS, ok ? first + off[j] : row0p, ok ? 4 : 0);
-            }
+            if (L::ALL % TANDEM_WGMMA_THREADS != 0 && threadIdx.x + j * TANDEM_WGMMA_THREADS >= L::ALL) break;
+            const u64 p = (u64)(a + off[j]);
+            // The row's step starts ld bytes into its first unit; unit u holds ld + RAW_ROW - 16 u
+            // of its bytes, at most 16.
+            const int ld = (int)(p & 15u);
+            const int n = max(0, min(16, ld + (int)((rest >> (8 * j)) & 0xffu) - 16));
+            tandem_cp16s(dst + 16 * TANDEM_WGMMA_THREADS * j, n > 0 ? (const void*)(p & ~(u64)15) : (const void*)any, n);
+        }
+    }
+};
+
+// The activation rows a thread copies each step of the block types' GEMM: 16-byte piece t % 8 of
+// tile columns t / 8 + 32 i. The q8-rounded copy is followed by a tile's columns of padding
+// (`wgmma_acts_padding` in matmul_launch.rs) and k is whole steps, so every piece lies inside it
+// and is copied whole: the tile columns past n get the padding's (or the next batch's) values,
+// which reach only their own outputs, and those are not stored.
+struct tandem_wgmma_qacts {
+    const u8* x;
+    i64 step;
+    __device__ tandem_wgmma_qacts(const u16* xh, i64 b, const tandem_mm_shape& s, i64 col0) {
+        const int t = threadIdx.x;
+        x = (const u8*)(xh + b * s.n * s.k) + (col0 + t / 8) * s.k * 2 + 16 * (t % 8);
+        step = 32 * s.k * 2;
+    }
+    // Queues the activation rows of step st into `tile`.
+    __device__ void copy(u8* tile, i64 st) const {
+        const u32 at = tandem_smem_addr(tile) + tandem_wgmma_at(threadIdx.x / 8, threadIdx.x % 8);
+        const u8* p = x + st * TANDEM_WGMMA_BK * 2;
+#pragma unroll
+        for (int i = 0; i < TANDEM_WGMMA_BN / 32; ++i) {
+            tandem_cp16s(at + i * 32 * 128, p, 16);
+            p += step;
         }
     }
 };
@@ -2594,21 +2655,41 @@ TANDEM_DEVICE void tandem_wgmma_h4(u32 q, u32 d2, u32 m2, u32& h01, u32& h23) {
 #endif
 }
 
-// Thread t: row t / 2, block t % 2 of the raw step at `raw`, as f16 into the swizzled tile.
+// Thread t: row t / 2, block t % 2 of the raw step at `raw` (`lead` bytes into the row's staged
+// units), as f16 into the swizzled tile.
 template <typename T>
-TANDEM_DEVICE void tandem_wgmma_dequant(u8* tile, const u8* raw) {
+TANDEM_DEVICE void tandem_wgmma_dequant(u8* tile, const u8* raw, int lead) {
+    using L = tandem_wgmma_qlayout<T>;
     const int r = threadIdx.x / 2, blk = threadIdx.x % 2;
-    const u8* b = raw + r * tandem_wgmma_qlayout<T>::RAW_ROW + blk * T::BYTES;
+    const u8* b = raw + r * L::WROW + lead + blk * T::BYTES;
     u32 h[16];
+    if constexpr (tandem_mma_has_words<T>::value) {
+        // An f16 d and WORDS words: the block from aligned 32-bit loads (the words past its end
+        // are the row's next bytes or the staged row's last unit), d kept as its f16 bits.
+        u32 w[T::WORDS + 1];
+        const int sh = tandem_aligned_words<T::WORDS + 1>(b, w);
+        const u32 hd = (w[0] >> sh) & 0xffffu, d2 = hd | (hd << 16);
+        u32 v[T::WORDS];
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
-        u32 lo, hi;
-        float d, m;
-        T::frag(b, c, lo, hi, d, m);
-        const u32 hd = tandem_f32_to_f16(d), hm = tandem_f32_to_f16(m);
-        const u32 d2 = hd | (hd << 16), m2 = hm | (hm << 16);
-        tandem_wgmma_h4(lo, d2, m2, h[2 * c], h[2 * c + 1]);
-        tandem_wgmma_h4(hi, d2, m2, h[8 + 2 * c], h[8 + 2 * c + 1]);
+        for (int i = 0; i < T::WORDS; ++i) v[i] = tandem_shr64(w[i], w[i + 1], 16 + sh);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            u32 lo, hi;
+            T::frag_w(v, c, lo, hi);
+            tandem_wgmma_h4(lo, d2, 0u, h[2 * c], h[2 * c + 1]);
+            tandem_wgmma_h4(hi, d2, 0u, h[8 + 2 * c], h[8 + 2 * c + 1]);
+        }
+    } else {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            u32 lo, hi;
+            float d, m;
+            T::frag(b, c, lo, hi, d, m);
+            const u32 hd = tandem_f32_to_f16(d), hm = tandem_f32_to_f16(m);
+            const u32 d2 = hd | (hd << 16), m2 = hm | (hm << 16);
+            tandem_wgmma_h4(lo, d2, m2, h[2 * c], h[2 * c + 1]);
+            tandem_wgmma_h4(hi, d2, m2, h[8 + 2 * c], h[8 + 2 * c + 1]);
+        }
     }
 #pragma unroll
     for (int p = 0; p < 4; ++p) {
@@ -2617,7 +2698,8 @@ TANDEM_DEVICE void tandem_wgmma_dequant(u8* tile, const u8* raw) {
 }
 
 template <typename T>
-TANDEM_DEVICE void tandem_wgmma_quant_tile(const char* w, const u16* xh, char* dst, const tandem_mm_shape& s) {
+TANDEM_DEVICE void tandem_wgmma_quant_tile(const char* w, const u16* xh, const float* cs, char* dst,
+                                           const tandem_mm_shape& s) {
     using L = tandem_wgmma_qlayout<T>;
     extern __shared__ __align__(1024) u8 tandem_wgmma_smem[];
     static_assert(TANDEM_WGMMA_QSTAGES >= 3, "a step in flight beside the one in use and the one draining");
@@ -2629,24 +2711,28 @@ TANDEM_DEVICE void tandem_wgmma_quant_tile(const char* w, const u16* xh, char* d
     const u8* wb = (const u8*)w + (i12 / s.r2) * s.nb02 + (i13 / s.r3) * s.nb03;
     const u8* wrow0 = wb + row0 * s.nb01;
     const i64 rows = s.m - row0;
-    const tandem_wgmma_cols x(xh, b, s, col0);
+    const tandem_wgmma_qacts x(xh, b, s, col0);
     const tandem_wgmma_raw<T> rw(s.nb01, rows);
+    // Where this thread's row's step 0 starts in its first unit; step st starts (phase + st *
+    // RAW_ROW) % 16 bytes in.
+    const int phase = (int)((u64)(wrow0 + (threadIdx.x / 2) * s.nb01) & 15u);
+    auto lead = [&](i64 st) { return (int)((phase + st * L::RAW_ROW) & 15); };
     u8* stages = base + L::STAGES_AT;
     const i64 steps = s.k / TANDEM_WGMMA_BK;
     // Stage j % QSTAGES: activations of step j at its start, raw blocks of step j behind them.
     auto act = [&](i64 j) { return stages + (int)(j % TANDEM_WGMMA_QSTAGES) * L::STAGE; };
     auto raw = [&](i64 j) { return act(j) + TANDEM_WGMMA_B_BYTES; };
     auto tile = [&](i64 j) { return base + (int)(j % 3) * TANDEM_WGMMA_A_BYTES; };
-    rw.copy(raw(0), wrow0, 0);
+    rw.copy(raw(0), wrow0, 0, wb);
 #pragma unroll
     for (int j = 0; j < TANDEM_WGMMA_QSTAGES - 2; ++j) {
-        if (j < steps) tandem_wgmma_copy<TANDEM_WGMMA_BN>(act(j), x.x, x.step, x.lim, s.k, j, wb);
-        if (j + 1 < steps) rw.copy(raw(j + 1), wrow0, j + 1);
+        if (j < steps) x.copy(act(j), j);
+        if (j + 1 < steps) rw.copy(raw(j + 1), wrow0, j + 1, wb);
         tandem_cp_commit();
     }
     tandem_cp_wait<TANDEM_WGMMA_QSTAGES - 3>();
     __syncthreads();
-    tandem_wgmma_dequant<T>(tile(0), raw(0));
+    tandem_wgmma_dequant<T>(tile(0), raw(0), lead(0));
     float acc[TANDEM_WGMMA_BN / 2];
 #pragma unroll
     for (int i = 0; i < TANDEM_WGMMA_BN / 2; ++i) acc[i] = 0.0f;
@@ -2660,14 +2746,14 @@ TANDEM_DEVICE void tandem_wgmma_quant_tile(const char* w, const u16* xh, char* d
         __syncthreads();
         tandem_wgmma_issue(acc, tile(st) + g * 64 * 128, act(st));
         const i64 next = st + TANDEM_WGMMA_QSTAGES - 2;
-        if (next < steps) tandem_wgmma_copy<TANDEM_WGMMA_BN>(act(next), x.x, x.step, x.lim, s.k, next, wb);
-        if (next + 1 < steps) rw.copy(raw(next + 1), wrow0, next + 1);
+        if (next < steps) x.copy(act(next), next);
+        if (next + 1 < steps) rw.copy(raw(next + 1), wrow0, next + 1, wb);
         tandem_cp_commit();
-        if (st + 1 < steps) tandem_wgmma_dequant<T>(tile(st + 1), raw(st + 1));
+        if (st + 1 < steps) tandem_wgmma_dequant<T>(tile(st + 1), raw(st + 1), lead(st + 1));
         tandem_wgmma_wait<1>();
         tandem_wgmma_hold(acc);
     }
-    tandem_wgmma_store(acc, dst + i12 * s.nb2 + i13 * s.nb3, s, row0, col0);
+    tandem_wgmma_store(acc, dst + i12 * s.nb2 + i13 * s.nb3, s, row0, col0, cs + b * s.n);
 }
 
 // ---------------------------------------------------------------- integer path, Hopper
@@ -2894,16 +2980,6 @@ struct tandem_wgmmq_copies {
             tandem_cp16s(dst + 16 * TANDEM_WGMMQ_THREADS * j, n > 0 ? (const void*)src : (const void*)aq, n);
         }
     }
-};
-
-// Whether block type T has frag_w (see tandem_mmf_q4_0).
-template <typename T, typename = void>
-struct tandem_mma_has_words {
-    static constexpr bool value = false;
-};
-template <typename T>
-struct tandem_mma_has_words<T, decltype((void)T::WORDS)> {
-    static constexpr bool value = true;
 };
 
 // Thread t: block t % 4 of row t / 4 of the raw step at `raw` (`lead` bytes into its staged row,
@@ -3402,19 +3478,21 @@ TANDEM_MMA_KERNEL tandem_mma_bf16(const char* w, const u16* xh, char* dst, tande
 
 #define TANDEM_WGMMA_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_WGMMA_THREADS, 1)
 #define TANDEM_WGMMA_ARGS const char *w, const u16 *xh, char *dst, tandem_mm_shape s
+// The block types: their activations' column scales (tandem_mma_f16_q8_copy) after the copy.
+#define TANDEM_WGMMA_QARGS const char *w, const u16 *xh, const float *cs, char *dst, tandem_mm_shape s
 #define TANDEM_WGMMQ_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_WGMMQ_THREADS, 1)
 #define TANDEM_WGMMQ_ARGS TANDEM_MMA_ARGS_Q, tandem_mm_split sp
 TANDEM_WGMMA_KERNEL tandem_wgmma_f16(TANDEM_WGMMA_ARGS, tandem_mm_split sp) { tandem_wgmma_f16_tile(w, xh, dst, s, sp); }
 TANDEM_WGMMA_KERNEL tandem_wgmma_bf16(TANDEM_WGMMA_ARGS, tandem_mm_split sp) {
     tandem_wgmma_f16_tile<true>(w, xh, dst, s, sp);
 }
-TANDEM_WGMMA_KERNEL tandem_wgmma_q4_0(TANDEM_WGMMA_ARGS) { tandem_wgmma_quant_tile<tandem_mmf_q4_0>(w, xh, dst, s); }
-TANDEM_WGMMA_KERNEL tandem_wgmma_q4_1(TANDEM_WGMMA_ARGS) { tandem_wgmma_quant_tile<tandem_mmf_q4_1>(w, xh, dst, s); }
-TANDEM_WGMMA_KERNEL tandem_wgmma_q5_0(TANDEM_WGMMA_ARGS) { tandem_wgmma_quant_tile<tandem_mmf_q5_0>(w, xh, dst, s); }
-TANDEM_WGMMA_KERNEL tandem_wgmma_q5_1(TANDEM_WGMMA_ARGS) { tandem_wgmma_quant_tile<tandem_mmf_q5_1>(w, xh, dst, s); }
-TANDEM_WGMMA_KERNEL tandem_wgmma_q8_0(TANDEM_WGMMA_ARGS) { tandem_wgmma_quant_tile<tandem_mmf_q8_0>(w, xh, dst, s); }
-TANDEM_WGMMA_KERNEL tandem_wgmma_iq4_nl(TANDEM_WGMMA_ARGS) {
-    tandem_wgmma_quant_tile<tandem_mmf_iq4_nl>(w, xh, dst, s);
+TANDEM_WGMMA_KERNEL tandem_wgmma_q4_0(TANDEM_WGMMA_QARGS) { tandem_wgmma_quant_tile<tandem_mmf_q4_0>(w, xh, cs, dst, s); }
+TANDEM_WGMMA_KERNEL tandem_wgmma_q4_1(TANDEM_WGMMA_QARGS) { tandem_wgmma_quant_tile<tandem_mmf_q4_1>(w, xh, cs, dst, s); }
+TANDEM_WGMMA_KERNEL tandem_wgmma_q5_0(TANDEM_WGMMA_QARGS) { tandem_wgmma_quant_tile<tandem_mmf_q5_0>(w, xh, cs, dst, s); }
+TANDEM_WGMMA_KERNEL tandem_wgmma_q5_1(TANDEM_WGMMA_QARGS) { tandem_wgmma_quant_tile<tandem_mmf_q5_1>(w, xh, cs, dst, s); }
+TANDEM_WGMMA_KERNEL tandem_wgmma_q8_0(TANDEM_WGMMA_QARGS) { tandem_wgmma_quant_tile<tandem_mmf_q8_0>(w, xh, cs, dst, s); }
+TANDEM_WGMMA_KERNEL tandem_wgmma_iq4_nl(TANDEM_WGMMA_QARGS) {
+    tandem_wgmma_quant_tile<tandem_mmf_iq4_nl>(w, xh, cs, dst, s);
 }
 TANDEM_WGMMQ_KERNEL tandem_wgmmq_q4_0(TANDEM_WGMMQ_ARGS) { tandem_wgmmq_quant<tandem_mmf_q4_0>(w, aq, ads, dst, s, sp); }
 TANDEM_WGMMQ_KERNEL tandem_wgmmq_q4_1(TANDEM_WGMMQ_ARGS) { tandem_wgmmq_quant<tandem_mmf_q4_1>(w, aq, ads, dst, s, sp); }
@@ -3487,31 +3565,93 @@ tandem_wmma_f16_copy(const char* src, u16* xh, tandem_mma_src_shape s) {
 }
 #endif
 
-// As tandem_mma_f16_copy, but each 32 values of a column first rounded as the CPU's q8_0
-// activation copy rounds them (q * f16(d), exactly as tandem_q8_round_f32 in gemv.hip) and then
-// stored as f16: the activations of the Hopper GEMM for the 32-value block types, whose CPU dot
-// products see q8-rounded activations. Eight threads share a group (four values each); threads
-// past k take part in the group maximum with zeros. Grid as tandem_mma_f16_copy.
+// The q8-rounded f16 copy the block types' Hopper GEMM reads: each 32 values of a column rounded
+// as the CPU's q8_0 activation copy rounds them (q * f16(d), exactly as tandem_q8_round_f32 in
+// gemv.hip), then times the column's scale and stored as f16. The scale is 1 unless the column's
+// largest magnitude passes 2^15; then it is the power of two that brings that into [2^14, 2^15),
+// so no value overflows f16 (the CPU's q8 values reach 127 * 65504), and each value is its f16
+// rounding times that power (below f16's normal range it loses bits). cs[c] receives the scale's
+// inverse, which the GEMM multiplies column c's sums by (exactly: a power of two). One block of
+// 256 threads per column (grid.y, striding), each thread four values of every 1024: the first
+// TANDEM_F16Q8_HELD chunks of 1024 are read once and held in registers for the second pass (the
+// column's largest magnitude first, then the values), the rest (k past 16384) read again. Eight
+// threads share a group; threads past k take part in the group maximum with zeros.
+#define TANDEM_F16Q8_HELD 16
+TANDEM_DEVICE void tandem_f16q8_load(const char* col, i64 i, const tandem_mma_src_shape& s, float (&x)[4]) {
+    if (s.nb0 == 4 && i + 4 <= s.k && ((u64)(col + i * 4) & 15) == 0) {
+        const float4 v = *(const float4*)(col + i * 4);
+        x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+        return;
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) x[e] = i + e < s.k ? *(const float*)(col + (i + e) * s.nb0) : 0.0f;
+}
+// Rounds four values (at i of column c, eight threads to a group) and stores them in xh.
+TANDEM_DEVICE void tandem_f16q8_store(const float (&x)[4], u16* xh, i64 c, i64 i, const tandem_mma_src_shape& s,
+                                      float scale) {
+    float gmax = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) gmax = fmaxf(gmax, fabsf(x[e]));
+    for (int o = 4; o > 0; o >>= 1) gmax = fmaxf(gmax, __shfl_xor(gmax, o));
+    const float d = gmax / 127.0f;
+    const float id = tandem_inverse_or_zero(d);
+    const float dh = tandem_f16_to_f32(tandem_f32_to_f16(d)) * scale;
+    u16 h[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) h[e] = tandem_f32_to_f16((float)(int)roundf(x[e] * id) * dh);
+    u16* out = xh + c * s.k + i;
+    if (i + 4 <= s.k && ((u64)out & 7) == 0) {
+        *(uint2*)out = make_uint2((u32)h[0] | ((u32)h[1] << 16), (u32)h[2] | ((u32)h[3] << 16));
+    } else {
+        for (int e = 0; e < 4 && i + e < s.k; ++e) out[e] = h[e];
+    }
+}
 extern "C" __global__ void __launch_bounds__(256)
-tandem_mma_f16_q8_copy(const char* src, u16* xh, tandem_mma_src_shape s) {
-    const i64 i = TANDEM_MMA_COPY_VALUES * ((i64)blockIdx.x * blockDim.x + threadIdx.x);
+tandem_mma_f16_q8_copy(const char* src, u16* xh, float* cs, tandem_mma_src_shape s) {
+    __shared__ float most[256 / 32];
     const i64 cols = s.ne1 * s.ne2 * s.ne3;
+    const int t = threadIdx.x;
     for (i64 c = blockIdx.y; c < cols; c += gridDim.y) {
         const char* col = tandem_mma_src_column(src, c, s);
-        float x[4];
+        float x[TANDEM_F16Q8_HELD][4];
         float amax = 0.0f;
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            x[e] = i + e < s.k ? *(const float*)(col + (i + e) * s.nb0) : 0.0f;
-            amax = fmaxf(amax, fabsf(x[e]));
-        }
-        for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor(amax, o));
-        const float d = amax / 127.0f;
-        const float id = tandem_inverse_or_zero(d);
-        const float dh = tandem_f16_to_f32(tandem_f32_to_f16(d));
+        for (int j = 0; j < TANDEM_F16Q8_HELD; ++j) {
+            const i64 i = 1024 * j + 4 * t;
+            if (1024 * j < s.k) tandem_f16q8_load(col, i, s, x[j]);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            if (i + e < s.k) xh[c * s.k + i + e] = tandem_f32_to_f16((float)(int)roundf(x[e] * id) * dh);
+            for (int e = 0; e < 4; ++e) amax = 1024 * j < s.k ? fmaxf(amax, fabsf(x[j][e])) : amax;
+        }
+        for (i64 base = 1024 * TANDEM_F16Q8_HELD; base < s.k; base += 1024) {
+            float y[4];
+            tandem_f16q8_load(col, base + 4 * t, s, y);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) amax = fmaxf(amax, fabsf(y[e]));
+        }
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor(amax, o));
+        if (t % 32 == 0) most[t / 32] = amax;
+        __syncthreads();
+#pragma unroll
+        for (int w = 0; w < 256 / 32; ++w) amax = fmaxf(amax, most[w]);
+        // Every thread has read `most` before the next column writes it.
+        __syncthreads();
+        float scale = 1.0f, inverse = 1.0f;
+        if (amax > 32768.0f && amax <= 3.4028235e38f) {
+            // amax in [2^e, 2^(e + 1)), e >= 15: scale 2^(14 - e).
+            const int e = ((__float_as_int(amax) >> 23) & 0xff) - 127;
+            scale = __int_as_float((127 + 14 - e) << 23);
+            inverse = __int_as_float((127 - 14 + e) << 23);
+        }
+        if (t == 0) cs[c] = inverse;
+        // Whole chunks, so that the group shuffles see every lane.
+#pragma unroll
+        for (int j = 0; j < TANDEM_F16Q8_HELD; ++j) {
+            if (1024 * j < s.k) tandem_f16q8_store(x[j], xh, c, 1024 * j + 4 * t, s, scale);
+        }
+        for (i64 base = 1024 * TANDEM_F16Q8_HELD; base < s.k; base += 1024) {
+            float y[4];
+            tandem_f16q8_load(col, base + 4 * t, s, y);
+            tandem_f16q8_store(y, xh, c, base + 4 * t, s, scale);
         }
     }
 }

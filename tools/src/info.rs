@@ -1,7 +1,7 @@
 //! `tandem info`: devices, the GPU runtimes looked for and found, CPU features, threads, dispatch
 //! registrations and the env config.
 
-use tandem_backend::{devices, Config, DeviceKind};
+use tandem_backend::{devices, Config, DeviceKind, F16Prefill};
 
 pub fn info() {
     let cfg = Config::get();
@@ -78,7 +78,12 @@ pub fn info() {
     );
     println!("  TANDEM_LOG_DISPATCH     {}", on_off(cfg.log_dispatch));
     println!("  TANDEM_STATS            {}", on_off(cfg.stats));
-    println!("  TANDEM_F16_PREFILL      {}", on_off(cfg.f16_prefill));
+    let f16_prefill = match cfg.f16_prefill {
+        F16Prefill::Never => "never (0)",
+        F16Prefill::Wide => "past 128 columns (default)",
+        F16Prefill::Always => "every prefill width (1)",
+    };
+    println!("  TANDEM_F16_PREFILL      {f16_prefill}");
     println!("  TANDEM_DEPENDENT_LAUNCH {}", on_off(cfg.dependent_launch));
     println!("  TANDEM_EARLY_ACTIVATIONS {}", on_off(cfg.early_activations));
     println!(

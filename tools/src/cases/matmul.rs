@@ -34,6 +34,18 @@ fn mul_mat(ty: ElemType, m: i64, k: i64, n: i64, batch: [i64; 2], bcast: [i64; 2
     .with_flops(flops)
 }
 
+/// MUL_MAT of activations scaled by 10^5 (past f16's range, as a few models' are) in `batch`
+/// batches: the CPU's q8 activations hold them, and so must any f16 copy a GPU GEMM makes.
+fn mul_mat_large(ty: ElemType, m: i64, k: i64, n: i64, batch: i64) -> Case {
+    let name = format!("MUL_MAT(type={ty},m={m},k={k},n={n},b={batch},x=large)");
+    Case::new(Op::MulMat, name, move |s: &mut Setup| {
+        let a = s.input(ty, &[k, m, batch])?;
+        let b = s.input(ElemType::F32, &[k, n, batch])?;
+        let b = s.g.scale(b, 1.0e5, 0.0);
+        s.g.mul_mat(a, b)
+    })
+}
+
 /// `depth` products in a row, each of a square `[k, k]` weight and the one before's result (the
 /// first of `[k, n]` activations): on a GPU every GEMV but the first reads what the kernel just
 /// ahead of it wrote, so one that started early (a dependent launch) and read its activations
@@ -188,6 +200,13 @@ pub fn cases(v: &mut Vec<Case>) {
         // reused), broadcast batches and permuted activations at prefill width.
         v.push(mul_mat(ty, 129, 256, 300, [1, 1], [1, 1]));
         v.push(mul_mat(ty, 129, 1024, 40, [1, 1], [1, 1]));
+        // Activations past f16's range: the block types' Hopper GEMM stores its q8-rounded copy
+        // as f16 times a power of two per column (the last batch's second tile partial). Not
+        // for the types whose CPU dot takes q8_1 activations (q4_1, q5_1): their f16 block sums
+        // overflow there as in ggml.
+        if ty.is_quantized() && tandem_ops::vecdot::vec_dot_type(ty) != ElemType::Q8_1 {
+            v.push(mul_mat_large(ty, 129, 1024, 300, 2));
+        }
         // 400 output tiles (broadcast batches of one tile each): more than three waves of the
         // Hopper GEMMs (int8, and f16 for f16 weights) on a 132-SM device, whose last wave's 4
         // tiles are each summed in four k ranges by four blocks (the cases above with fewer

@@ -175,6 +175,12 @@ pub fn cases(batched: bool) -> Vec<Case> {
             v.push(mul_mat(ty, 1024, 4096, 512));
             v.push(mul_mat(ty, 4096, 4096, 512));
         }
+        // Short prompts and prefill chunks: the GEMMs' tiles of 128 or 256 columns part used.
+        for n in [16, 64, 128, 256] {
+            for ty in [ElemType::Q4_0, ElemType::Q8_0] {
+                v.push(mul_mat(ty, 14336, 4096, n));
+            }
+        }
     }
     v.push(mul_mat_id(ElemType::Q4_0, 768, 2048, 128, 8, 1));
     if batched {

@@ -895,7 +895,12 @@ mod tests {
         assert_eq!(split_sum_config(&kv, (128, 256)).grid, [16, 32, 1]);
         assert_eq!(
             wgmma_config(ElemType::Q4_0, &mm).shared_bytes,
-            49_152 + 4 * (32_768 + 5120) + 1024
+            49_152 + 4 * (32_768 + 6144) + 1024,
+            "q4_0: 48-byte staged rows (36 bytes from up to 12 into a 16-byte unit)"
+        );
+        assert_eq!(
+            wgmma_shared_bytes(ElemType::Q8_0),
+            49_152 + 4 * (32_768 + 10_240) + 1024
         );
         for ty in TYPES {
             if wgmma_entry(ty).is_some() {
@@ -906,13 +911,16 @@ mod tests {
                 );
             }
         }
-        assert!(wgmma_takes(ElemType::F16, false) && wgmma_takes(ElemType::F16, true));
+        use crate::config::F16Prefill::{Always, Never, Wide};
+        assert!(wgmma_takes(ElemType::F16, Never, 9) && wgmma_takes(ElemType::F16, Always, 9));
         assert!(
-            wgmma_takes(ElemType::BF16, false)
+            wgmma_takes(ElemType::BF16, Never, 9)
                 && wgmma_shared_bytes(ElemType::BF16) == wgmma_shared_bytes(ElemType::F16)
         );
-        assert!(!wgmma_takes(ElemType::Q4_0, false) && wgmma_takes(ElemType::Q4_0, true));
-        assert!(!wgmma_takes(ElemType::Q4K, true) && !wgmma_takes(ElemType::F32, true));
+        assert!(!wgmma_takes(ElemType::Q4_0, Never, 512) && wgmma_takes(ElemType::Q4_0, Always, 9));
+        // By default the block types take it past one int8 tile of columns.
+        assert!(!wgmma_takes(ElemType::Q8_0, Wide, 128) && wgmma_takes(ElemType::Q8_0, Wide, 129));
+        assert!(!wgmma_takes(ElemType::Q4K, Always, 512) && !wgmma_takes(ElemType::F32, Always, 512));
         assert!(has_wgmma("sm_90a") && !has_wgmma("sm_90") && !has_wgmma("sm_100a") && !has_wgmma("gfx942"));
         let f16 = MulMatShape {
             nb01: 2 * mm.k,
@@ -959,8 +967,29 @@ mod tests {
             let nb02 = q.nb02 + unit / 2;
             assert!(!fits(ElemType::Q4_0, at, &MulMatShape { nb02, ..q }), "batch base off");
         }
-        // The int8 GEMM copies 16-byte units from up to 8 bytes before a step: the weights' base
-        // 16-byte aligned, rows and batches 8.
+        // Both copy 16-byte units from up to 12 (int8 GEMM: 8) bytes before a step: the weights'
+        // base 16-byte aligned, rows 4-byte (8) aligned, batches 16 (8); rows less than 16 MiB
+        // apart.
+        assert!(!wgmma_fits(ElemType::Q4_0, DevicePtr((1 << 20) + 4), &q));
+        let (nb01, nb02) = (q.nb01 + 4, (q.nb01 + 4) * q.m + 16);
+        assert!(wgmma_fits(
+            ElemType::Q4_0,
+            at,
+            &MulMatShape {
+                nb01,
+                nb02,
+                nb03: nb02,
+                ..q
+            }
+        ));
+        assert!(!wgmma_fits(ElemType::Q4_0, at, &MulMatShape { nb02: q.nb02 + 4, ..q }));
+        let far = MulMatShape {
+            nb01: WGMMQ_MAX_ROW_BYTES,
+            nb02: WGMMQ_MAX_ROW_BYTES * q.m,
+            nb03: WGMMQ_MAX_ROW_BYTES * q.m,
+            ..q
+        };
+        assert!(!wgmma_fits(ElemType::Q4_0, at, &far), "rows past 32-bit tile offsets");
         assert!(!wgmmq_fits(ElemType::Q4_0, DevicePtr((1 << 20) + 8), &q));
         let (nb01, nb02) = (q.nb01 + 8, (q.nb01 + 8) * q.m + 8);
         assert!(wgmmq_fits(

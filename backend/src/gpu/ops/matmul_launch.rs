@@ -34,7 +34,7 @@
 //!   256 tiles, grid (ceil(n / 256), ceil(m / 128), batches), dynamic shared memory
 //!   [`wgmma_shared_bytes`]; f16 and bf16 weights (`tandem_wgmma_f16`, `tandem_wgmma_bf16`) take
 //!   a one-dimensional grid split as the int8 GEMM's below.
-//! - `tandem_wgmmq_<type>` (NVIDIA sm_90, the 32-value block types unless `TANDEM_F16_PREFILL`,
+//! - `tandem_wgmmq_<type>` (NVIDIA sm_90, the 32-value block types where [`wgmma_takes`] does not,
 //!   q4_K and q5_K): int8 warpgroup mma on the q8_1 copy of src1; block 512 (four warpgroups),
 //!   128 x 128 tiles, one-dimensional grid over the tiles of all batches, those of the last
 //!   partial wave split in up to four k ranges ([`MmSplit`]), dynamic shared memory
@@ -45,6 +45,7 @@
 //!   weight rows, each block taking every grid.x-th tile ([`mmv_config`]: at most two blocks per
 //!   compute unit), dynamic shared memory [`mmv_shared_bytes`].
 
+use crate::config::F16Prefill;
 use crate::gpu::api::{DevicePtr, LaunchConfig};
 use crate::gpu::kernels::KernelError;
 use crate::gpu::registry::{dptr, launch_error, LaunchCtx, Node};
@@ -559,37 +560,55 @@ pub fn half_weights(ty: ElemType) -> bool {
     matches!(ty, ElemType::F16 | ElemType::BF16)
 }
 
-/// Whether prefill with weights of `ty` goes to the Hopper GEMM: f16 and bf16 always (their
-/// activations are rounded to f16 / bf16 as the CPU's dot products round them); the 32-value
-/// block types only with `TANDEM_F16_PREFILL=1` (`f16_prefill`): their activations are rounded to
-/// q8 as the CPU rounds them, but weights and activations then meet as f16 products where the CPU
-/// and the int8 GEMMs sum integers (results within the matmul tolerance, yet greedy tokens of
-/// small models can differ).
-pub fn wgmma_takes(ty: ElemType, f16_prefill: bool) -> bool {
-    wgmma_entry(ty).is_some() && (half_weights(ty) || f16_prefill)
+/// Whether prefill of `n` columns with weights of `ty` goes to the Hopper GEMM: f16 and bf16
+/// always (their activations are rounded to f16 / bf16 as the CPU's dot products round them);
+/// the 32-value block types as `f16_prefill` says, by default where n passes one tile of the
+/// Hopper int8 GEMM (128 columns; there this one takes about half the time). Their activations
+/// are rounded to q8 as the CPU rounds them, but weights and activations then meet as f16
+/// products where the CPU and the int8 GEMMs sum integers: results within the matmul tolerance
+/// (about 2^-12 relative against 2^-24), yet greedy tokens of small models can differ.
+pub fn wgmma_takes(ty: ElemType, f16_prefill: F16Prefill, n: i64) -> bool {
+    let blocks = match f16_prefill {
+        F16Prefill::Never => false,
+        F16Prefill::Wide => n > WGMMQ_TILE_N,
+        F16Prefill::Always => true,
+    };
+    wgmma_entry(ty).is_some() && (half_weights(ty) || blocks)
 }
 
 /// Whether weights of `ty` at `base` with shape `s` can take the Hopper GEMM. f16 and bf16: it
 /// copies 16-byte pieces of weight rows and of the activation copy (rows of k halves), so k, the
 /// row stride and every batch's base must be multiples of 16 bytes. Block types: each k step is
-/// two whole blocks per row copied as 4-byte words, so k must be a multiple of 64 and rows and
-/// batch bases 4-byte aligned.
+/// two whole blocks per row, copied as the 16-byte units around them, so k must be a multiple of
+/// 64, rows 4-byte aligned and less than 16 MiB apart (32-bit offsets within a tile) and every
+/// batch's base 16-byte aligned (a step's first unit never starts before the weights).
 pub fn wgmma_fits(ty: ElemType, base: DevicePtr, s: &MulMatShape) -> bool {
-    let (k_unit, align) = if half_weights(ty) { (8, 16) } else { (64, 4) };
-    wgmma_entry(ty).is_some() && s.k % k_unit == 0 && (base.0 as i64 | s.nb01 | s.nb02 | s.nb03) % align == 0
+    if wgmma_entry(ty).is_none() {
+        return false;
+    }
+    if half_weights(ty) {
+        return s.k % 8 == 0 && (base.0 as i64 | s.nb01 | s.nb02 | s.nb03) % 16 == 0;
+    }
+    s.k % 64 == 0 && s.nb01 % 4 == 0 && s.nb01 < WGMMQ_MAX_ROW_BYTES && (base.0 as i64 | s.nb02 | s.nb03) % 16 == 0
+}
+
+/// Bytes a row of the block types' Hopper GEMM stages per k step: its two blocks, from 0, 4, 8 or
+/// 12 bytes into the first 16-byte unit around them (`tandem_wgmma_qlayout::WROW`).
+fn wgmma_raw_row(ty: ElemType) -> i64 {
+    (12 + 2 * ty.type_size() as i64 + 15) / 16 * 16
 }
 
 /// Dynamic shared memory of a Hopper GEMM block for weights of `ty`: f16 and bf16,
 /// `WGMMA_STAGES` steps of weight rows and activation columns; block types, three f16 weight
-/// tiles plus `WGMMA_QSTAGES` steps of activation columns and raw weight blocks (two per row,
-/// padded to 1024 bytes so that every step's swizzled activation tile stays 1024-byte aligned);
-/// each plus 1024 bytes to align the first step.
+/// tiles plus `WGMMA_QSTAGES` steps of activation columns and raw weight units
+/// ([`wgmma_raw_row`] per row, padded to 1024 bytes so that every step's swizzled activation tile
+/// stays 1024-byte aligned); each plus 1024 bytes to align the first step.
 pub fn wgmma_shared_bytes(ty: ElemType) -> u32 {
     let (a, b) = (WGMMA_TILE_M * 128, WGMMA_TILE_N * 128);
     let bytes = if half_weights(ty) {
         WGMMA_STAGES * (a + b)
     } else {
-        let raw = (WGMMA_TILE_M * 2 * ty.type_size() as i64 + 1023) / 1024 * 1024;
+        let raw = (WGMMA_TILE_M * wgmma_raw_row(ty) + 1023) / 1024 * 1024;
         3 * a + WGMMA_QSTAGES * (b + raw)
     };
     (bytes + 1024) as u32
@@ -1371,14 +1390,55 @@ unsafe fn half_src1(
     unsafe { convert_src1(ctx, src1, MMA_FAMILY, entry, 2, MMA_COPY_VALUES, extra) }
 }
 
+/// Bytes of scratch after the q8-rounded f16 copy of `k`-value columns that the block types'
+/// Hopper GEMM may read: one tile of columns, so that its tiles copy every column unmasked (the
+/// values read there reach only the tile columns past n, which it does not store).
+pub fn wgmma_acts_padding(k: i64) -> i64 {
+    WGMMA_TILE_N * k * 2
+}
+
 /// Queues the q8-rounded f16 copy of `src1` (`tandem_mma_f16_q8_copy`) for the Hopper GEMM of
-/// the 32-value block types.
+/// the 32-value block types, followed by [`wgmma_acts_padding`] bytes of scratch and then the
+/// columns' scales (an f32 each); returns the copy's address and the scales'.
 ///
 /// # Safety
 /// As [`quantize_src1`].
-unsafe fn f16_q8_src1(ctx: &LaunchCtx<'_>, src1: &Tensor) -> Result<DevicePtr, KernelError> {
-    // SAFETY: forwarded; (const char*, u16*, tandem_mma_src_shape = tandem_q8_shape's layout).
-    unsafe { convert_src1(ctx, src1, MMA_FAMILY, "tandem_mma_f16_q8_copy", 2, MMA_COPY_VALUES, 0) }.map(|(xh, _)| xh)
+unsafe fn f16_q8_src1(ctx: &LaunchCtx<'_>, src1: &Tensor) -> Result<(DevicePtr, DevicePtr), KernelError> {
+    let q = Q8Shape::of(src1);
+    let (scales_at, bytes) =
+        f16_q8_layout(q.columns(), q.ne[0]).ok_or_else(|| launch_error("f16_q8_copy", "bad activation shape"))?;
+    let xh = ctx.scratch.get(bytes)?;
+    let scales = xh.offset(scales_at);
+    let f = ctx.kernels.function(MMA_FAMILY, "tandem_mma_f16_q8_copy")?;
+    let mut args = KernelArgs::new();
+    args.push(dptr(src1)).push(xh).push(scales).push(q);
+    // SAFETY: (const char*, u16*, float*, tandem_mma_src_shape = tandem_q8_shape's layout); src1
+    // is readable through its strides (caller), the scratch region holds the copy, the padding
+    // and a scale per column.
+    unsafe { ctx.stream.launch(&f, column_blocks_config(&q), &mut args) }.map_err(KernelError::Gpu)?;
+    Ok((xh, scales))
+}
+
+/// Where the column scales of `tandem_mma_f16_q8_copy`'s copy of `columns` columns of `k` values
+/// start (after the copy, rounded up to 256 bytes, and [`wgmma_acts_padding`]), and the bytes of
+/// scratch all of it takes; None past `MAX_SCRATCH`.
+fn f16_q8_layout(columns: i64, k: i64) -> Option<(usize, usize)> {
+    let copy = u64::try_from(columns.checked_mul(k)?.checked_mul(2)?).ok()?;
+    let scales_at = i64::try_from(copy.checked_next_multiple_of(256)?)
+        .ok()?
+        .checked_add(wgmma_acts_padding(k))?;
+    let bytes = scales_at.checked_add(columns.checked_mul(4)?)?;
+    (columns >= 0 && k >= 0 && bytes <= MAX_SCRATCH as i64).then_some((scales_at as usize, bytes as usize))
+}
+
+/// One block of [`QUANTIZE_THREADS`] per column of `q` (grid.y, the kernel striding past
+/// [`MAX_GRID_YZ`]): `tandem_mma_f16_q8_copy`.
+pub fn column_blocks_config(q: &Q8Shape) -> LaunchConfig {
+    LaunchConfig {
+        grid: [1, q.columns().clamp(1, MAX_GRID_YZ) as u32, 1],
+        block: [QUANTIZE_THREADS, 1, 1],
+        shared_bytes: 0,
+    }
 }
 
 /// Weight types whose CPU dot products quantize activations to q8_0 or q8_1 (32-value blocks,
@@ -1598,8 +1658,8 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
         let columns = Q8Shape::of(src1).columns();
         let f16_prefill = crate::config::Config::get().f16_prefill;
         let hopper = wgmma_allowed(ctx.kernels.target());
-        let wgmma =
-            wgmma_entry(w.ty).filter(|_| hopper && wgmma_takes(w.ty, f16_prefill) && wgmma_fits(w.ty, dptr(w), &s));
+        let wgmma = wgmma_entry(w.ty)
+            .filter(|_| hopper && wgmma_takes(w.ty, f16_prefill, s.n) && wgmma_fits(w.ty, dptr(w), &s));
         let wgmmq = wgmmq_entry(w.ty).filter(|_| hopper && wgmma.is_none() && wgmmq_fits(w.ty, dptr(w), &s));
         // The activations the kernel reads: q8_1 for the int8 GEMMs, else an f16 copy (rounded to
         // q8 first for the block types' Hopper GEMM).
@@ -1609,7 +1669,10 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
             (_, false) if w.ty == ElemType::BF16 => MmaActs::Bf16,
             (_, false) => MmaActs::F16,
         };
-        let fits = acts_copy_fits(acts == MmaActs::Q8_1, columns, s.k);
+        let fits = match acts {
+            MmaActs::F16Q8 => f16_q8_layout(columns, s.k).is_some(),
+            _ => acts_copy_fits(acts == MmaActs::Q8_1, columns, s.k),
+        };
         // The Hopper GEMMs of f16 and bf16 weights and the Hopper int8 GEMM (one block per SM each)
         // run their tiles over a one-dimensional grid whose last wave is split in k ranges
         // ([`MmSplit`]).
@@ -1654,7 +1717,8 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
                 }
                 MmaActs::F16Q8 => {
                     // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
-                    args.push(unsafe { f16_q8_src1(ctx, src1) }?);
+                    let (xh, scales) = unsafe { f16_q8_src1(ctx, src1) }?;
+                    args.push(xh).push(scales);
                 }
             }
             args.push(dptr(node.dst)).push(s);
