@@ -2,13 +2,15 @@
 
 use std::sync::OnceLock;
 
-/// `TANDEM_F16_PREFILL`: `0` / `false` never, `1` / `true` at every prefill width, unset (or
+/// `TANDEM_F16_PREFILL`: `0` / `false` never, `1` / `true` at every prefill shape, unset (or
 /// anything else) only where it is much the faster ([`F16Prefill::Wide`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum F16Prefill {
     Never,
-    /// More columns than one tile of the int8 GEMM holds (128): there the f16 GEMM takes about
-    /// half the time, where below it saves less than a tenth (docs/performance.md).
+    /// More columns than one tile of the int8 GEMM holds (128), and tiles of the f16 GEMM for at
+    /// least half the compute units: there it takes about half the time, where with fewer
+    /// columns it saves less than a tenth and with fewer tiles (it does not split k) it is slower
+    /// (docs/performance.md).
     Wide,
     Always,
 }

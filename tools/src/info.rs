@@ -80,8 +80,8 @@ pub fn info() {
     println!("  TANDEM_STATS            {}", on_off(cfg.stats));
     let f16_prefill = match cfg.f16_prefill {
         F16Prefill::Never => "never (0)",
-        F16Prefill::Wide => "past 128 columns (default)",
-        F16Prefill::Always => "every prefill width (1)",
+        F16Prefill::Wide => "past 128 columns, tiles for half the compute units (default)",
+        F16Prefill::Always => "every prefill shape (1)",
     };
     println!("  TANDEM_F16_PREFILL      {f16_prefill}");
     println!("  TANDEM_DEPENDENT_LAUNCH {}", on_off(cfg.dependent_launch));

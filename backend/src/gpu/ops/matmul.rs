@@ -912,15 +912,23 @@ mod tests {
             }
         }
         use crate::config::F16Prefill::{Always, Never, Wide};
-        assert!(wgmma_takes(ElemType::F16, Never, 9) && wgmma_takes(ElemType::F16, Always, 9));
+        let narrow = MulMatShape { n: 9, ..mm };
+        assert!(wgmma_takes(ElemType::F16, Never, &narrow, 132) && wgmma_takes(ElemType::F16, Always, &narrow, 132));
         assert!(
-            wgmma_takes(ElemType::BF16, Never, 9)
+            wgmma_takes(ElemType::BF16, Never, &narrow, 132)
                 && wgmma_shared_bytes(ElemType::BF16) == wgmma_shared_bytes(ElemType::F16)
         );
-        assert!(!wgmma_takes(ElemType::Q4_0, Never, 512) && wgmma_takes(ElemType::Q4_0, Always, 9));
-        // By default the block types take it past one int8 tile of columns.
-        assert!(!wgmma_takes(ElemType::Q8_0, Wide, 128) && wgmma_takes(ElemType::Q8_0, Wide, 129));
-        assert!(!wgmma_takes(ElemType::Q4K, Always, 512) && !wgmma_takes(ElemType::F32, Always, 512));
+        assert!(!wgmma_takes(ElemType::Q4_0, Never, &mm, 132) && wgmma_takes(ElemType::Q4_0, Always, &narrow, 132));
+        // By default the block types take it past one int8 tile of columns, where its 128 x 256
+        // tiles give at least half the SMs one: 14336 rows at 129 columns 112 tiles; 4096 rows
+        // at 512 columns 64, not on 132 SMs (on 128 they are).
+        let wide = |m, n| MulMatShape { m, n, ..mm };
+        assert!(!wgmma_takes(ElemType::Q8_0, Wide, &wide(14336, 128), 132));
+        assert!(wgmma_takes(ElemType::Q8_0, Wide, &wide(14336, 129), 132));
+        assert!(!wgmma_takes(ElemType::Q4_0, Wide, &wide(4096, 512), 132));
+        assert!(wgmma_takes(ElemType::Q4_0, Wide, &wide(4096, 512), 128));
+        assert!(wgmma_takes(ElemType::Q4_0, Always, &wide(1024, 512), 132));
+        assert!(!wgmma_takes(ElemType::Q4K, Always, &mm, 132) && !wgmma_takes(ElemType::F32, Always, &mm, 132));
         assert!(has_wgmma("sm_90a") && !has_wgmma("sm_90") && !has_wgmma("sm_100a") && !has_wgmma("gfx942"));
         let f16 = MulMatShape {
             nb01: 2 * mm.k,

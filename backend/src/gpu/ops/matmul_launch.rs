@@ -560,17 +560,23 @@ pub fn half_weights(ty: ElemType) -> bool {
     matches!(ty, ElemType::F16 | ElemType::BF16)
 }
 
-/// Whether prefill of `n` columns with weights of `ty` goes to the Hopper GEMM: f16 and bf16
-/// always (their activations are rounded to f16 / bf16 as the CPU's dot products round them);
-/// the 32-value block types as `f16_prefill` says, by default where n passes one tile of the
-/// Hopper int8 GEMM (128 columns; there this one takes about half the time). Their activations
-/// are rounded to q8 as the CPU rounds them, but weights and activations then meet as f16
-/// products where the CPU and the int8 GEMMs sum integers: results within the matmul tolerance
-/// (about 2^-12 relative against 2^-24), yet greedy tokens of small models can differ.
-pub fn wgmma_takes(ty: ElemType, f16_prefill: F16Prefill, n: i64) -> bool {
+/// Whether prefill of shape `s` with weights of `ty` goes to the Hopper GEMM, on a device of
+/// `units` compute units: f16 and bf16 always (their activations are rounded to f16 / bf16 as the
+/// CPU's dot products round them); the 32-value block types as `f16_prefill` says, by default
+/// where n passes one tile of the Hopper int8 GEMM (128 columns) and its 128 x 256 tiles give at
+/// least half the units one (it does not split k, where the int8 GEMM does: with fewer tiles
+/// that one is faster). There it takes about half the int8 GEMM's time. Its activations are
+/// rounded to q8 as the CPU rounds them, but weights and activations then meet as f16 products
+/// where the CPU and the int8 GEMMs sum integers: results within the matmul tolerance (about
+/// 2^-12 relative against 2^-24), yet greedy tokens of small models can differ.
+pub fn wgmma_takes(ty: ElemType, f16_prefill: F16Prefill, s: &MulMatShape, units: i64) -> bool {
     let blocks = match f16_prefill {
         F16Prefill::Never => false,
-        F16Prefill::Wide => n > WGMMQ_TILE_N,
+        F16Prefill::Wide => {
+            let tiles =
+                (s.m + WGMMA_TILE_M - 1) / WGMMA_TILE_M * ((s.n + WGMMA_TILE_N - 1) / WGMMA_TILE_N) * s.batches();
+            s.n > WGMMQ_TILE_N && 2 * tiles >= units
+        }
         F16Prefill::Always => true,
     };
     wgmma_entry(ty).is_some() && (half_weights(ty) || blocks)
@@ -1656,10 +1662,11 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
     if let Some(entry) = mma_entry(w.ty).filter(|_| mma_allowed(&ctx.info.arch)) {
         let s = MulMatShape::new(node.dst, w, src1).ok_or_else(|| launch_error("gemm", "empty batch"))?;
         let columns = Q8Shape::of(src1).columns();
+        let units = i64::from(ctx.info.compute_units.max(1));
         let f16_prefill = crate::config::Config::get().f16_prefill;
         let hopper = wgmma_allowed(ctx.kernels.target());
         let wgmma = wgmma_entry(w.ty)
-            .filter(|_| hopper && wgmma_takes(w.ty, f16_prefill, s.n) && wgmma_fits(w.ty, dptr(w), &s));
+            .filter(|_| hopper && wgmma_takes(w.ty, f16_prefill, &s, units) && wgmma_fits(w.ty, dptr(w), &s));
         let wgmmq = wgmmq_entry(w.ty).filter(|_| hopper && wgmma.is_none() && wgmmq_fits(w.ty, dptr(w), &s));
         // The activations the kernel reads: q8_1 for the int8 GEMMs, else an f16 copy (rounded to
         // q8 first for the block types' Hopper GEMM).
@@ -1676,7 +1683,6 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
         // The Hopper GEMMs of f16 and bf16 weights and the Hopper int8 GEMM (one block per SM each)
         // run their tiles over a one-dimensional grid whose last wave is split in k ranges
         // ([`MmSplit`]).
-        let units = i64::from(ctx.info.compute_units.max(1));
         let (entry, cfg, mut split, tile_m) = match (wgmma, wgmmq) {
             (Some(e), _) if half_weights(w.ty) => {
                 let split = MmSplit::new(&s, WGMMA_TILE, (s.k + 63) / 64, units);
