@@ -977,54 +977,34 @@ mod tests {
         }
         // Both copy 16-byte units from up to 12 (int8 GEMM: 8) bytes before a step: the weights'
         // base 16-byte aligned, rows 4-byte (8) aligned, batches 16 (8); rows less than 16 MiB
-        // apart.
-        assert!(!wgmma_fits(ElemType::Q4_0, DevicePtr((1 << 20) + 4), &q));
-        let (nb01, nb02) = (q.nb01 + 4, (q.nb01 + 4) * q.m + 16);
-        assert!(wgmma_fits(
-            ElemType::Q4_0,
-            at,
-            &MulMatShape {
-                nb01,
-                nb02,
-                nb03: nb02,
+        // apart (32-bit offsets within a tile).
+        for (fits, row, batch) in [(wgmma_fits as Fits, 4, 16), (wgmmq_fits, 8, 8)] {
+            assert!(
+                !fits(ElemType::Q4_0, DevicePtr((1 << 20) + row as u64), &q),
+                "base off 16 bytes"
+            );
+            let (nb01, nb02) = (q.nb01 + row, (q.nb01 + row) * q.m + batch);
+            assert!(fits(
+                ElemType::Q4_0,
+                at,
+                &MulMatShape {
+                    nb01,
+                    nb02,
+                    nb03: nb02,
+                    ..q
+                }
+            ));
+            let wide = MulMatShape {
+                nb01: WGMMQ_MAX_ROW_BYTES,
+                nb02: WGMMQ_MAX_ROW_BYTES * q.m,
+                nb03: WGMMQ_MAX_ROW_BYTES * q.m,
                 ..q
-            }
-        ));
+            };
+            assert!(!fits(ElemType::Q4_0, at, &wide), "rows past 32-bit tile offsets");
+            let nb01 = WGMMQ_MAX_ROW_BYTES - 8;
+            assert!(fits(ElemType::Q4_0, at, &MulMatShape { nb01, ..wide }));
+        }
         assert!(!wgmma_fits(ElemType::Q4_0, at, &MulMatShape { nb02: q.nb02 + 4, ..q }));
-        let far = MulMatShape {
-            nb01: WGMMQ_MAX_ROW_BYTES,
-            nb02: WGMMQ_MAX_ROW_BYTES * q.m,
-            nb03: WGMMQ_MAX_ROW_BYTES * q.m,
-            ..q
-        };
-        assert!(!wgmma_fits(ElemType::Q4_0, at, &far), "rows past 32-bit tile offsets");
-        assert!(!wgmmq_fits(ElemType::Q4_0, DevicePtr((1 << 20) + 8), &q));
-        let (nb01, nb02) = (q.nb01 + 8, (q.nb01 + 8) * q.m + 8);
-        assert!(wgmmq_fits(
-            ElemType::Q4_0,
-            at,
-            &MulMatShape {
-                nb01,
-                nb02,
-                nb03: nb02,
-                ..q
-            }
-        ));
-        let wide = MulMatShape {
-            nb01: WGMMQ_MAX_ROW_BYTES,
-            nb02: WGMMQ_MAX_ROW_BYTES * q.m,
-            nb03: WGMMQ_MAX_ROW_BYTES * q.m,
-            ..q
-        };
-        assert!(!wgmmq_fits(ElemType::Q4_0, at, &wide), "rows past 32-bit tile offsets");
-        assert!(wgmmq_fits(
-            ElemType::Q4_0,
-            at,
-            &MulMatShape {
-                nb01: WGMMQ_MAX_ROW_BYTES - 8,
-                ..wide
-            }
-        ));
         assert!(!wgmma_fits(ElemType::Q4K, at, &q), "no Hopper GEMM for superblocks");
         // Hopper int8 GEMM: 512 threads, 128 x 128 tiles; q4_0: two 16 KiB weight tiles with
         // 4.5 KiB of scales and 6 KiB of converted activation scales each (53 KiB in all), four
