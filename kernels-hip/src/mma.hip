@@ -227,13 +227,6 @@ TANDEM_DEVICE void tandem_cp16s(u32 dst, const void* src, int bytes) {
     tandem_copy_plain<16>((u8*)(u64)dst, src, bytes);
 #endif
 }
-TANDEM_DEVICE void tandem_cp4s(u32 dst, const void* src, int bytes) {
-#if defined(TANDEM_MMA_ENABLED)
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(bytes));
-#else
-    for (int i = 0; i < 4; ++i) ((u8*)(u64)dst)[i] = i < bytes ? ((const u8*)src)[i] : 0;
-#endif
-}
 TANDEM_DEVICE void tandem_cp8(void* dst, const void* src, int bytes) {
 #if defined(TANDEM_MMA_ENABLED)
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(tandem_smem_addr(dst)), "l"(src), "r"(bytes));
