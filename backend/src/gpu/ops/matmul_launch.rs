@@ -572,11 +572,7 @@ pub fn half_weights(ty: ElemType) -> bool {
 pub fn wgmma_takes(ty: ElemType, f16_prefill: F16Prefill, s: &MulMatShape, units: i64) -> bool {
     let blocks = match f16_prefill {
         F16Prefill::Never => false,
-        F16Prefill::Wide => {
-            let tiles =
-                (s.m + WGMMA_TILE_M - 1) / WGMMA_TILE_M * ((s.n + WGMMA_TILE_N - 1) / WGMMA_TILE_N) * s.batches();
-            s.n > WGMMQ_TILE_N && 2 * tiles >= units
-        }
+        F16Prefill::Wide => s.n > WGMMQ_TILE_N && 2 * output_tiles(s, WGMMA_TILE).2 >= units,
         F16Prefill::Always => true,
     };
     wgmma_entry(ty).is_some() && (half_weights(ty) || blocks)
@@ -741,15 +737,21 @@ pub struct MmSplit {
 }
 const _: () = assert!(std::mem::size_of::<MmSplit>() == 48);
 
+/// The output tiles of `s` in tiles of `tile` (weight rows, columns): tiles across the columns,
+/// tiles across the weight rows, and all tiles of all batches.
+fn output_tiles(s: &MulMatShape, tile: (i64, i64)) -> (i64, i64, i64) {
+    let over = |x: i64, t: i64| (x.max(1) + t - 1) / t;
+    let (tiles_x, tiles_y) = (over(s.n, tile.1), over(s.m, tile.0));
+    (tiles_x, tiles_y, tiles_x * tiles_y * s.batches().max(1))
+}
+
 impl MmSplit {
     /// The split of `s` in tiles of `tile` (weight rows, columns) with k in `steps` steps, when
     /// `resident` blocks run at once: the tiles past the last whole wave are split into as many
     /// parts as the idle blocks allow (at most [`SPLIT_MAX_PARTS`], at least
     /// [`SPLIT_MIN_STEPS`] steps each), none when the last wave is more than half full.
     pub fn new(s: &MulMatShape, tile: (i64, i64), steps: i64, resident: i64) -> MmSplit {
-        let over = |x: i64, t: i64| (x.max(1) + t - 1) / t;
-        let (tiles_x, tiles_y) = (over(s.n, tile.1), over(s.m, tile.0));
-        let tiles = tiles_x * tiles_y * s.batches().max(1);
+        let (tiles_x, tiles_y, tiles) = output_tiles(s, tile);
         let rest = tiles % resident.max(1);
         let parts = if rest == 0 {
             1
