@@ -1445,20 +1445,27 @@ TANDEM_DEVICE void tandem_seg_cp16(u32 dst, const uint4* src) {
 // from memory faster than one stretch per wave); lane l of a unit's step holds segment l % S of
 // the unit's row l / S. Each wave copies its steps with cp.async into a ring of SLOTS stage
 // slots, SLOTS - 1 steps ahead of the one its lanes dot (the first SLOTS - 1 before
-// tandem_grid_wait, and with act_early all the steps up to TANDEM_SEGU_HELD).
+// tandem_grid_wait, and with act_early all the steps up to HELD). With one slot
+// (tandem_gemv_<t>_n1, for grids where no wave has more than one step) a wave copies its next
+// step only once its lanes have dotted the last; the launcher gives that kernel only grids of at
+// most one step a wave, where it takes half the shared memory and, with fewer registers, lets
+// three blocks share an SM (two kernels' blocks beside one that ends).
 
-#if defined(TANDEM_SEG_ASYNC)
 // Steps whose sums a wave of the units walk holds until its tandem_grid_wait (act_early).
 #define TANDEM_SEGU_HELD 2
+
+#if defined(TANDEM_SEG_ASYNC)
 // The units walk of m rows of k weights at wbase (back to back, 16-byte aligned) against the
 // column at act (element stride nb10; nb11 only for the vector-load test), the row sums to the
 // f32 run at out. With act_early the column is read and quantized before tandem_grid_wait (the
 // launcher knows no kernel ahead still writes it); nothing but shared memory is written before
 // the wait either way.
-template <typename T, int SLOTS>
+template <typename T, int SLOTS, int HELD = TANDEM_SEGU_HELD>
 TANDEM_DEVICE void tandem_segu_rows(const u8* wbase, i64 m, i64 k, const char* act, i64 nb10, i64 nb11, char* out,
                                     bool act_early) {
-    static_assert(SLOTS >= 2, "one step copied while another is dotted");
+    static_assert(SLOTS >= 1 && HELD >= 1, "a slot to copy into, a step to hold");
+    // Steps copied before the first is dotted, and the cp.async groups a pass may leave pending.
+    constexpr int AHEAD = SLOTS > 1 ? SLOTS - 1 : 1, PENDING = SLOTS > 1 ? SLOTS - 2 : 0;
     extern __shared__ __align__(16) u8 tandem_mv_smem[];
     constexpr int NV = (T::BYTES + 15) / 16;  // 16-byte loads per lane and step, at most
     const int lane = threadIdx.x % warpSize, ws = warpSize;
@@ -1490,9 +1497,9 @@ TANDEM_DEVICE void tandem_segu_rows(const u8* wbase, i64 m, i64 k, const char* a
         }
     };
     // Every pass commits one group (empty past the last step), so that waiting for all but the
-    // newest SLOTS - 2 groups means this pass's step is in.
+    // newest PENDING groups means this pass's step is in.
 #pragma unroll
-    for (int i = 0; i < SLOTS - 1; ++i) {
+    for (int i = 0; i < AHEAD; ++i) {
         if (i < nsteps) fetch(i);
         asm volatile("cp.async.commit_group;" ::: "memory");
     }
@@ -1509,12 +1516,12 @@ TANDEM_DEVICE void tandem_segu_rows(const u8* wbase, i64 m, i64 k, const char* a
     __syncthreads();
     const int rr = lane / S, sg = lane % S;  // the lane's segment sg of the unit's row rr
     // With act_early nothing ahead of the stores waits for the kernels ahead: the sums of the
-    // wave's first TANDEM_SEGU_HELD steps are held in registers (lanes of segment 0) and written
+    // wave's first HELD steps are held in registers (lanes of segment 0) and written
     // after tandem_grid_wait, at the step after them or after the last, so a dependent launch
     // reads, quantizes and dots while the kernel ahead still runs. Without it the wait came
     // before the column was read.
     bool waited = !act_early;
-    float held[TANDEM_SEGU_HELD];
+    float held[HELD];
     const auto row_of = [&](i64 i) { return (gw + i * nwt) * R + rr; };
     // The wait (wave-uniform: after step `upto` - 1, or with no step at all never needed), then
     // the held sums of steps 0 .. upto - 1.
@@ -1522,18 +1529,26 @@ TANDEM_DEVICE void tandem_segu_rows(const u8* wbase, i64 m, i64 k, const char* a
         tandem_grid_wait();
         waited = true;
 #pragma unroll
-        for (int h = 0; h < TANDEM_SEGU_HELD; ++h) {
+        for (int h = 0; h < HELD; ++h) {
             if (h < upto && sg == 0 && row_of(h) < m) *(float*)(out + row_of(h) * 4) = held[h];
         }
     };
     for (i64 i = 0; i < nsteps; ++i) {
         const i64 u = gw + i * nwt;
-        asm volatile("cp.async.wait_group %0;" ::"n"(SLOTS - 2) : "memory");
+        if (SLOTS == 1 && i > 0) {
+            // One slot: step i goes where the lanes dotted step i - 1 in the last pass.
+            tandem_wave_sync();
+            fetch(i);
+            asm volatile("cp.async.commit_group;" ::: "memory");
+        }
+        asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");
         tandem_wave_sync();
         // The slot of step i + SLOTS - 1 held step i - 1, dotted in the last pass by every lane
         // (the sync above).
-        if (i + SLOTS - 1 < nsteps) fetch(i + SLOTS - 1);
-        asm volatile("cp.async.commit_group;" ::: "memory");
+        if (SLOTS > 1) {
+            if (i + SLOTS - 1 < nsteps) fetch(i + SLOTS - 1);
+            asm volatile("cp.async.commit_group;" ::: "memory");
+        }
         const uint4* here = stage + (int)(i % SLOTS) * step16;
         const i64 rows = m - u * R < R ? m - u * R : R;
         const bool valid = rr < rows;
@@ -1550,14 +1565,14 @@ TANDEM_DEVICE void tandem_segu_rows(const u8* wbase, i64 m, i64 k, const char* a
             const float t = __shfl_down(v, o);
             if (sg + o < S) v += t;
         }
-        if (!waited && i < TANDEM_SEGU_HELD) {
+        if (!waited && i < HELD) {
 #pragma unroll
-            for (int h = 0; h < TANDEM_SEGU_HELD; ++h) {
+            for (int h = 0; h < HELD; ++h) {
                 if (h == i) held[h] = v;
             }
             continue;
         }
-        if (!waited) release(TANDEM_SEGU_HELD);
+        if (!waited) release(HELD);
         if (valid && sg == 0) *(float*)(out + (u * R + rr) * 4) = v;
     }
     if (!waited && nsteps > 0) release(nsteps);
@@ -1565,7 +1580,7 @@ TANDEM_DEVICE void tandem_segu_rows(const u8* wbase, i64 m, i64 k, const char* a
 }
 #endif
 
-template <typename T, int SLOTS>
+template <typename T, int SLOTS, int HELD = TANDEM_SEGU_HELD>
 TANDEM_DEVICE void tandem_gemv_segu(const char* w, const char* src1, char* dst, const tandem_mm_shape& s) {
 #if !defined(TANDEM_SEG_ASYNC)
     // Never launched without cp.async (seg_in_units); the stretch walk keeps the entry whole.
@@ -1581,8 +1596,8 @@ TANDEM_DEVICE void tandem_gemv_segu(const char* w, const char* src1, char* dst, 
         i13 = b / s.ne12;
         wbase += (i12 / s.r2) * s.nb02 + (i13 / s.r3) * s.nb03;
     }
-    tandem_segu_rows<T, SLOTS>(wbase, s.m, s.k, src1 + i12 * s.nb12 + i13 * s.nb13, s.nb10, s.nb11,
-                               dst + i12 * s.nb2 + i13 * s.nb3, (s.flags & TANDEM_MM_ACT_EARLY) != 0);
+    tandem_segu_rows<T, SLOTS, HELD>(wbase, s.m, s.k, src1 + i12 * s.nb12 + i13 * s.nb13, s.nb10, s.nb11,
+                                     dst + i12 * s.nb2 + i13 * s.nb3, (s.flags & TANDEM_MM_ACT_EARLY) != 0);
 #endif
 }
 
@@ -1788,7 +1803,9 @@ tandem_q8_round_f32(const char* src, float* out, tandem_q8_shape s) {
 
 // _c1: one column (decode); _c8: up to eight columns from one pass over the weights; _s1: one
 // column in segments, each wave a stretch of rows (tandem_gemv_seg); _u1: one column in
-// segments, units of rows taken in turn across the grid (tandem_gemv_segu).
+// segments, units of rows taken in turn across the grid (tandem_gemv_segu); _n1: as _u1 with one
+// stage slot a wave, for grids of at most one step a wave, three blocks to an SM.
+#define TANDEM_MV_KERNEL_N1 extern "C" __global__ void __launch_bounds__(TANDEM_MV_THREADS, 3)
 TANDEM_MV_KERNEL tandem_gemv_f32_c1(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_f32, 1, TANDEM_MV_FLOAT_ROWS>(w, src1, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_f32_c8(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_f32, 8, 1>(w, src1, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_f16_c1(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_f16, 1, TANDEM_MV_FLOAT_ROWS>(w, src1, dst, s); }
@@ -1799,6 +1816,7 @@ TANDEM_MV_KERNEL tandem_gemv_q4_0_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tande
 TANDEM_MV_KERNEL tandem_gemv_q4_0_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_0, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_0_s1(TANDEM_MV_ARGS_F) { tandem_gemv_seg<tandem_seg_q4_0>(w, src1, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_0_u1(TANDEM_MV_ARGS_F) { tandem_gemv_segu<tandem_seg_q4_0, 2>(w, src1, dst, s); }
+TANDEM_MV_KERNEL_N1 tandem_gemv_q4_0_n1(TANDEM_MV_ARGS_F) { tandem_gemv_segu<tandem_seg_q4_0, 1, 1>(w, src1, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_1_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_1, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_1_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_1, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q5_0_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_0, 1>(w, src1, aq, ads, dst, s); }
@@ -1808,6 +1826,7 @@ TANDEM_MV_KERNEL tandem_gemv_q5_1_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tande
 TANDEM_MV_KERNEL tandem_gemv_q8_0_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q8_0, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q8_0_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q8_0, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q8_0_u1(TANDEM_MV_ARGS_F) { tandem_gemv_segu<tandem_seg_q8_0, 3>(w, src1, dst, s); }
+TANDEM_MV_KERNEL_N1 tandem_gemv_q8_0_n1(TANDEM_MV_ARGS_F) { tandem_gemv_segu<tandem_seg_q8_0, 1, 1>(w, src1, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q2_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q2_K, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q2_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q2_K, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q3_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q3_K, 1>(w, src1, aq, ads, dst, s); }
@@ -1816,11 +1835,13 @@ TANDEM_MV_KERNEL tandem_gemv_q4_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tande
 TANDEM_MV_KERNEL tandem_gemv_q4_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_K, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_K_s1(TANDEM_MV_ARGS_F) { tandem_gemv_seg<tandem_seg_q4_K>(w, src1, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_K_u1(TANDEM_MV_ARGS_F) { tandem_gemv_segu<tandem_seg_q4_K, 2>(w, src1, dst, s); }
+TANDEM_MV_KERNEL_N1 tandem_gemv_q4_K_n1(TANDEM_MV_ARGS_F) { tandem_gemv_segu<tandem_seg_q4_K, 1, 1>(w, src1, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q5_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_K, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q5_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_K, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q6_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q6_K, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q6_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q6_K, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q6_K_u1(TANDEM_MV_ARGS_F) { tandem_gemv_segu<tandem_seg_q6_K, 2>(w, src1, dst, s); }
+TANDEM_MV_KERNEL_N1 tandem_gemv_q6_K_n1(TANDEM_MV_ARGS_F) { tandem_gemv_segu<tandem_seg_q6_K, 1, 1>(w, src1, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_iq4_nl_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_iq4_nl, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_iq4_nl_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_iq4_nl, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_iq4_nl_s1(TANDEM_MV_ARGS_F) { tandem_gemv_seg<tandem_seg_iq4_nl>(w, src1, dst, s); }

@@ -113,9 +113,11 @@ mod tests {
     /// `LDGSTS`) in the SASS. ptxas has moved such a wait above every load when it stood
     /// unconditionally after them (the read probe's did, NVRTC 13.5); the kernels keep theirs in
     /// a block of its own.
-    const LOAD_BEFORE_WAIT: [(&str, &str); 7] = [
+    const LOAD_BEFORE_WAIT: [(&str, &str); 9] = [
         ("copy", "tandem_read_probe"),
         ("gemv", "tandem_gemv_q4_0_u1"),
+        ("gemv", "tandem_gemv_q4_0_n1"),
+        ("gemv", "tandem_gemv_q8_0_n1"),
         ("gemv", "tandem_gemv_q8_0_u1"),
         ("gemv", "tandem_gemv_q6_K_u1"),
         ("gemv", "tandem_gemv_q4_0_s1"),

@@ -212,11 +212,11 @@ mod tests {
         gemv_seg_fits, gemv_shared_bytes, gemv_stages, gemv_waves, half_weights, has_mma, has_wgmma, mma_config,
         mma_entry, mma_tile, mmid_grouped_bytes, mmid_mma_config, mmid_mma_entry, mmid_wmma_entry, mmq_shared_bytes,
         mmv_config, mmv_entry, mmv_fits, mmv_shared_bytes, quantize_config, rows_per_wave, seg_bytes, seg_entry,
-        seg_in_units, seg_parts, seg_slots, seg_sm_shared, seg_unit_slots, seg_units_entry, split_sum_config,
-        units_one_per_unit, wgmma_config, wgmma_entry, wgmma_f16_config, wgmma_fits, wgmma_shared_bytes, wgmma_takes,
-        wgmmq_config, wgmmq_entry, wgmmq_fits, wgmmq_shared_bytes, wgmmq_tensor_offsets, wmma_entry,
-        wmma_native_layout, MmSplit, AMD_BLOCK_LDS, GEMM_FAMILY, GEMV_FAMILY, GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES,
-        MMA_COPY_VALUES, QUANTIZE_VALUES, WGMMQ_MAX_ROW_BYTES, WMMA_FAMILY,
+        seg_in_units, seg_narrow, seg_narrow_entry, seg_parts, seg_slots, seg_sm_shared, seg_unit_slots,
+        seg_units_entry, split_sum_config, units_one_per_unit, wgmma_config, wgmma_entry, wgmma_f16_config, wgmma_fits,
+        wgmma_shared_bytes, wgmma_takes, wgmmq_config, wgmmq_entry, wgmmq_fits, wgmmq_shared_bytes,
+        wgmmq_tensor_offsets, wmma_entry, wmma_native_layout, MmSplit, AMD_BLOCK_LDS, GEMM_FAMILY, GEMV_FAMILY,
+        GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES, MMA_COPY_VALUES, QUANTIZE_VALUES, WGMMQ_MAX_ROW_BYTES, WMMA_FAMILY,
     };
     use super::*;
     use crate::gpu::api::DevicePtr;
@@ -598,6 +598,60 @@ mod tests {
         let plain =
             |m: i64| gemv_seg_config(ElemType::Q4_0, &one(ElemType::Q4_0, m, 4096), 8, 32, 132, true, false).grid[0];
         assert_eq!((plain(1024), plain(4224), plain(14336)), (64, 264, 264));
+        // At most one step a wave: the one-slot walk (`_n1`), half the stage memory. q4_0 x 4096:
+        // 1024 and 2048 rows (512 and 1024 units over 64 and 128 blocks of 8 waves), not 3072
+        // (1536 units over 132 blocks); never without the overlap.
+        let narrow = |m: i64, overlapped: bool| {
+            let s = one(ElemType::Q4_0, m, 4096);
+            let n = seg_narrow(ElemType::Q4_0, &s, 8, 32, 132, true, overlapped);
+            (
+                n,
+                gemv_seg_config(ElemType::Q4_0, &s, 8, 32, 132, true, overlapped).shared_bytes,
+            )
+        };
+        let one_slot = 8 * 32 * 144 + 4096 + 1024;
+        let two_slots = 8 * 2 * 32 * 144 + 4096 + 1024;
+        assert_eq!(
+            [
+                narrow(1024, true),
+                narrow(2048, true),
+                narrow(3072, true),
+                narrow(14336, true)
+            ],
+            [
+                (true, one_slot),
+                (true, one_slot),
+                (false, two_slots),
+                (false, two_slots)
+            ]
+        );
+        assert_eq!(
+            [narrow(1024, false), narrow(4226, false)],
+            [(false, two_slots), (false, two_slots)]
+        );
+        // Not in stretches, nor for a type without units (iq4_nl).
+        assert!(!seg_narrow(
+            ElemType::Q4_0,
+            &one(ElemType::Q4_0, 1024, 4096),
+            8,
+            32,
+            132,
+            false,
+            true
+        ));
+        assert!(!seg_narrow(
+            ElemType::IQ4NL,
+            &one(ElemType::IQ4NL, 1024, 4096),
+            8,
+            32,
+            132,
+            true,
+            true
+        ));
+        for ty in [ElemType::Q4_0, ElemType::Q4K, ElemType::Q8_0, ElemType::Q6K] {
+            let name = seg_narrow_entry(ty).unwrap();
+            assert!(tandem_kernels_hip::find(GEMV_FAMILY).unwrap().entries.contains(&name) && name.ends_with("_n1"));
+        }
         // k = 256: units of 32 rows; 20 rows are one unit, one block.
         assert_eq!(
             gemv_seg_config(ElemType::Q4_0, &one(ElemType::Q4_0, 20, 256), 8, 32, 132, true, true).grid[0],

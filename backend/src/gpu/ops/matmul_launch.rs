@@ -137,6 +137,10 @@ pub const SEG_SWITCH: &str = "hip.gemv.seg";
 /// (`tandem_gemv_<t>_s1`) where it would run in units ([`seg_in_units`]; q8_0 and q6_K, which
 /// have no stretches, go back to the row walk); [`SEG_SWITCH`] covers it too.
 pub const SEG_UNITS_SWITCH: &str = "hip.gemv.seg.units";
+/// The name `TANDEM_DISABLE_DISPATCH` takes to keep grids of at most one step a wave on the
+/// units walk of two slots (`tandem_gemv_<t>_u1`) rather than its one-slot form
+/// (`tandem_gemv_<t>_n1`, [`seg_narrow`]); [`SEG_UNITS_SWITCH`] and [`SEG_SWITCH`] cover it too.
+pub const SEG_NARROW_SWITCH: &str = "hip.gemv.seg.units.narrow";
 
 /// `tandem_mm_shape` of gemv.hip, gemm.hip and mma.hip.
 #[repr(C)]
@@ -1005,6 +1009,18 @@ pub fn seg_units_entry(ty: ElemType) -> Option<&'static str> {
     }
 }
 
+/// The units walk of `ty` with one stage slot a wave (`tandem_gemv_<t>_n1`), for grids in which
+/// no wave has more than one step ([`seg_narrow`]): the types of [`seg_units_entry`].
+pub fn seg_narrow_entry(ty: ElemType) -> Option<&'static str> {
+    match ty {
+        ElemType::Q4_0 => Some("tandem_gemv_q4_0_n1"),
+        ElemType::Q4K => Some("tandem_gemv_q4_K_n1"),
+        ElemType::Q8_0 => Some("tandem_gemv_q8_0_n1"),
+        ElemType::Q6K => Some("tandem_gemv_q6_K_n1"),
+        _ => None,
+    }
+}
+
 /// Segments of a row of `k` weights of `ty` (0 for types without a segment GEMV).
 fn seg_segments(ty: ElemType, k: i64) -> i64 {
     seg_bytes(ty).map_or(0, |bytes| ty.row_size(k.max(0)).unwrap_or(0) as i64 / bytes)
@@ -1050,11 +1066,15 @@ pub fn seg_sm_shared(arch: &str) -> i64 {
 
 /// Dynamic shared memory of a segment-GEMV block of `waves` waves of `warp_size` lanes for rows
 /// of `k` weights of `ty`: each wave's stage slots (a segment per lane; [`seg_unit_slots`] in
-/// units, one in stretches), then the block's q8_1 column (and for q6_K, [`seg_parts`], the sums
-/// of its 16-value halves).
+/// units, one in stretches and in the one-slot units walk), then the block's q8_1 column (and
+/// for q6_K, [`seg_parts`], the sums of its 16-value halves).
 fn seg_block_shared(ty: ElemType, k: i64, waves: i64, warp_size: u32, in_units: bool) -> i64 {
+    seg_block_shared_slots(ty, k, waves, warp_size, if in_units { seg_unit_slots(ty) } else { 1 })
+}
+
+/// As [`seg_block_shared`] with `slots` stage slots a wave.
+fn seg_block_shared_slots(ty: ElemType, k: i64, waves: i64, warp_size: u32, slots: i64) -> i64 {
     let bytes = seg_bytes(ty).unwrap_or(0);
-    let slots = if in_units { seg_unit_slots(ty) } else { 1 };
     let parts = if seg_parts(ty) { k / 16 * 4 } else { 0 };
     waves * slots * i64::from(warp_size) * bytes + gemv_act_bytes(k, 1) + parts
 }
@@ -1196,17 +1216,61 @@ pub fn gemv_seg_config(
     in_units: bool,
     overlapped: bool,
 ) -> LaunchConfig {
-    let shared = seg_block_shared(ty, s.k, waves, warp_size, in_units);
-    let work = seg_work(ty, s, warp_size, in_units);
-    let blocks = (in_units && overlapped && s.batches() == 1)
-        .then(|| units_one_per_unit(work, waves, units))
-        .flatten()
-        .unwrap_or_else(|| seg_blocks(work, waves, units, in_units));
+    let blocks = seg_grid_blocks(ty, s, waves, warp_size, units, in_units, overlapped);
+    let shared = if seg_narrow(ty, s, waves, warp_size, units, in_units, overlapped) {
+        seg_block_shared_slots(ty, s.k, waves, warp_size, 1)
+    } else {
+        seg_block_shared(ty, s.k, waves, warp_size, in_units)
+    };
     LaunchConfig {
         grid: [blocks as u32, s.batches().clamp(1, MAX_GRID_YZ) as u32, 1],
         block: [GEMV_THREADS, 1, 1],
         shared_bytes: shared as u32,
     }
+}
+
+/// Blocks (grid.x) of the segment GEMV, as [`gemv_seg_config`] gives them.
+fn seg_grid_blocks(
+    ty: ElemType,
+    s: &MulMatShape,
+    waves: i64,
+    warp_size: u32,
+    units: u32,
+    in_units: bool,
+    overlapped: bool,
+) -> i64 {
+    let work = seg_work(ty, s, warp_size, in_units);
+    (in_units && overlapped && s.batches() == 1)
+        .then(|| units_one_per_unit(work, waves, units))
+        .flatten()
+        .unwrap_or_else(|| seg_blocks(work, waves, units, in_units))
+}
+
+/// Whether the segment GEMV in units of `ty` over `s` takes its one-slot form
+/// (`tandem_gemv_<t>_n1`, [`seg_narrow_entry`]): where its grid ([`gemv_seg_config`]) gives no
+/// wave more than one step, a second stage slot is never filled, so the block needs half the
+/// stage memory, and the kernel is held to the registers that let three blocks share an SM (80
+/// on an H200, against 110-128 for `_u1`): back to back, a block of the kernel two places
+/// behind then starts its reads beside this kernel's and the next one's rather than once this
+/// one's have left. Only for a walk that overlaps the kernel ahead (`overlapped`, its column read
+/// before its wait): with the column read after the wait it was slower (H200, q4_0 x 4096, back
+/// to back: 1024 / 2048 rows 4.53 / 5.44 µs against 3.99 / 4.75 on `_u1`). Not with
+/// [`SEG_NARROW_SWITCH`] given.
+pub fn seg_narrow(
+    ty: ElemType,
+    s: &MulMatShape,
+    waves: i64,
+    warp_size: u32,
+    units: u32,
+    in_units: bool,
+    overlapped: bool,
+) -> bool {
+    in_units
+        && overlapped
+        && seg_narrow_entry(ty).is_some()
+        && seg_grid_blocks(ty, s, waves, warp_size, units, in_units, overlapped) * waves.max(1)
+            >= seg_work(ty, s, warp_size, in_units)
+        && !crate::config::Config::get().is_disabled(SEG_NARROW_SWITCH)
 }
 
 /// Waves of one GEMV block on a device with `warp_size`-lane waves.
@@ -1525,7 +1589,12 @@ pub unsafe fn launch_gemv(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
     let seg = gemv_seg_fits(w.ty, dptr(w), &s, waves, warp, units, &ctx.info.arch)
         && !crate::config::Config::get().is_disabled(SEG_SWITCH);
     let in_units = seg && seg_in_units(w.ty, s.k, warp, &ctx.info.arch);
-    if let Some(entry) = if in_units {
+    // In units the column is read and quantized before the wait where it is in place.
+    let flags = if in_units && ctx.act_ready { MM_ACT_EARLY } else { 0 };
+    let overlapped = overlaps_ahead(ctx, flags != 0);
+    if let Some(entry) = if seg_narrow(w.ty, &s, waves, warp, units, in_units, overlapped) {
+        seg_narrow_entry(w.ty)
+    } else if in_units {
         seg_units_entry(w.ty)
     } else {
         seg_entry(w.ty)
@@ -1533,9 +1602,7 @@ pub unsafe fn launch_gemv(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
     .filter(|_| seg)
     {
         let f = ctx.kernels.function(GEMV_FAMILY, entry)?;
-        // In units the column is read and quantized before the wait where it is in place.
-        let flags = if in_units && ctx.act_ready { MM_ACT_EARLY } else { 0 };
-        let cfg = gemv_seg_config(w.ty, &s, waves, warp, units, in_units, overlaps_ahead(ctx, flags != 0));
+        let cfg = gemv_seg_config(w.ty, &s, waves, warp, units, in_units, overlapped);
         let mut args = KernelArgs::new();
         args.push(dptr(w))
             .push(dptr(src1))
