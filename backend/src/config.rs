@@ -7,10 +7,9 @@ use std::sync::OnceLock;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum F16Prefill {
     Never,
-    /// More columns than one tile of the int8 GEMM holds (128), and tiles of the f16 GEMM for at
-    /// least half the compute units: there it takes about half the time, where with fewer
-    /// columns it saves less than a tenth and with fewer tiles (it does not split k) it is slower
-    /// (docs/performance.md).
+    /// More columns than one tile of the int8 GEMM holds (128): there it takes about half the
+    /// time where its tiles fill the device, and no more where they are few (both split k),
+    /// where with fewer columns it saves less than a tenth (docs/performance.md).
     Wide,
     Always,
 }

@@ -2381,6 +2381,25 @@ TANDEM_DEVICE void tandem_wgmma_issue(float (&acc)[TANDEM_WGMMA_BN / 2], const u
     tandem_wgmma_commit();
 }
 
+// Multiplies each accumulator by its column's scale cs[col] (none where cs is null; columns
+// past n by 1), all scales read before anything is stored. Read between the stores (the compiler
+// cannot tell cs and the output apart), each load waited behind the store ahead of it: on an
+// H200 q4_0 14336 x 4096 x 512 took 160 us that way, 144 this way.
+TANDEM_DEVICE void tandem_wgmma_scale(float (&acc)[TANDEM_WGMMA_BN / 2], const tandem_mm_shape& s, i64 col0,
+                                      const float* cs) {
+    if (cs == nullptr) return;
+    const int i = threadIdx.x % 128;
+#pragma unroll
+    for (int j = 0; j < TANDEM_WGMMA_BN / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const i64 col = col0 + 8 * j + 2 * (i % 4) + e;
+            const float c = col < s.n ? cs[col] : 1.0f;
+            acc[4 * j + e] *= c;
+            acc[4 * j + e + 2] *= c;
+        }
+    }
+}
 
 // Waits for the last mma and writes warpgroup g's part of the tile (rows and columns past m, n
 // are skipped), each column's sums times its scale cs[col] where cs is given (the block types:
@@ -2395,21 +2414,7 @@ TANDEM_DEVICE void tandem_wgmma_store(float (&acc)[TANDEM_WGMMA_BN / 2], char* o
 #endif
     const int g = threadIdx.x / 128, i = threadIdx.x % 128;
     const i64 rr = row0 + 64 * g + 16 * (i / 32) + (i % 32) / 4;
-    // The column scales are all read before the first store. Read between the stores (the
-    // compiler cannot tell cs and out apart), each load waited behind the store ahead of it: on
-    // an H200 q4_0 14336 x 4096 x 512 took 160 us that way, 144 this way.
-    if (cs != nullptr) {
-#pragma unroll
-        for (int j = 0; j < TANDEM_WGMMA_BN / 8; ++j) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const i64 col = col0 + 8 * j + 2 * (i % 4) + e;
-                const float c = col < s.n ? cs[col] : 1.0f;
-                acc[4 * j + e] *= c;
-                acc[4 * j + e + 2] *= c;
-            }
-        }
-    }
+    tandem_wgmma_scale(acc, s, col0, cs);
 #pragma unroll
     for (int j = 0; j < TANDEM_WGMMA_BN / 8; ++j) {
 #pragma unroll
@@ -2463,6 +2468,28 @@ TANDEM_DEVICE tandem_mm_split_tile tandem_mm_split_at(const tandem_mm_split& sp,
 TANDEM_DEVICE float* tandem_mm_split_part(const tandem_mm_split& sp, i64 block, i64 values) {
     const tandem_mm_split_tile at = tandem_mm_split_at(sp, block);
     return at.part > 0 ? sp.partial + ((at.part - 1) * (sp.tiles - sp.whole) + at.at) * values : nullptr;
+}
+
+// A split tile's part past the first: all 128 x 256 sums of the block, times their columns'
+// scales cs (the block types' GEMM; none: null), to its place in sp.partial (row r of tile
+// column c at c * 128 + r), for tandem_mm_split_sum to add to dst.
+TANDEM_DEVICE void tandem_wgmma_part(float (&acc)[TANDEM_WGMMA_BN / 2], float* part, const tandem_mm_shape& s, i64 col0,
+                                     const float* cs = nullptr) {
+    tandem_wgmma_wait<0>();
+    tandem_wgmma_hold(acc);
+    tandem_cp_wait<0>();
+    tandem_wgmma_scale(acc, s, col0, cs);
+    // Accumulator 4 j + e: row 64 g + 16 (i / 32) + (i % 32) / 4 (+ 8 for e >= 2), column
+    // 8 j + 2 (i % 4) + (e & 1), as tandem_wgmma_store has them.
+    const int g = threadIdx.x / 128, i = threadIdx.x % 128;
+    const int rr = 64 * g + 16 * (i / 32) + (i % 32) / 4;
+#pragma unroll
+    for (int j = 0; j < TANDEM_WGMMA_BN / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            part[(8 * j + 2 * (i % 4) + (e & 1)) * TANDEM_WGMMA_BM + rr + (e >= 2 ? 8 : 0)] = acc[4 * j + e];
+        }
+    }
 }
 
 // f16 weights (BF: bf16 weights against the bf16 copy), Hopper: blocks over tiles (and the last
@@ -2525,20 +2552,7 @@ TANDEM_DEVICE void tandem_wgmma_f16_tile(const char* w, const u16* xh, char* dst
         tandem_wgmma_hold(acc);
     }
     if (float* part = tandem_mm_split_part(sp, blockIdx.x, TANDEM_WGMMA_BM * TANDEM_WGMMA_BN)) {
-        tandem_wgmma_wait<0>();
-        tandem_wgmma_hold(acc);
-        tandem_cp_wait<0>();
-        // Accumulator 4 j + e: row 64 g + 16 (i / 32) + (i % 32) / 4 (+ 8 for e >= 2), column
-        // 8 j + 2 (i % 4) + (e & 1), as tandem_wgmma_store has them.
-        const int i = threadIdx.x % 128;
-        const int rr = 64 * g + 16 * (i / 32) + (i % 32) / 4;
-#pragma unroll
-        for (int j = 0; j < TANDEM_WGMMA_BN / 8; ++j) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                part[(8 * j + 2 * (i % 4) + (e & 1)) * TANDEM_WGMMA_BM + rr + (e >= 2 ? 8 : 0)] = acc[4 * j + e];
-            }
-        }
+        tandem_wgmma_part(acc, part, s, col0);
         return;
     }
     tandem_wgmma_store(acc, dst + i12 * s.nb2 + i13 * s.nb3, s, row0, col0);
@@ -2705,15 +2719,16 @@ TANDEM_DEVICE void tandem_wgmma_dequant(u8* tile, const u8* raw, int lead) {
 
 template <typename T>
 TANDEM_DEVICE void tandem_wgmma_quant_tile(const char* w, const u16* xh, const float* cs, char* dst,
-                                           const tandem_mm_shape& s) {
+                                           const tandem_mm_shape& s, const tandem_mm_split& sp) {
     using L = tandem_wgmma_qlayout<T>;
     extern __shared__ __align__(1024) u8 tandem_wgmma_smem[];
     static_assert(TANDEM_WGMMA_QSTAGES >= 3, "a step in flight beside the one in use and the one draining");
     u8* base = tandem_wgmma_base(tandem_wgmma_smem);
-    const i64 b = blockIdx.z;
+    const tandem_mm_split_tile at = tandem_mm_split_at(sp, blockIdx.x);
+    const i64 b = at.b;
     if (b >= s.ne12 * s.ne13) return;
     const i64 i12 = b % s.ne12, i13 = b / s.ne12;
-    const i64 row0 = (i64)blockIdx.y * TANDEM_WGMMA_BM, col0 = (i64)blockIdx.x * TANDEM_WGMMA_BN;
+    const i64 row0 = at.y * TANDEM_WGMMA_BM, col0 = at.x * TANDEM_WGMMA_BN;
     const u8* wb = (const u8*)w + (i12 / s.r2) * s.nb02 + (i13 / s.r3) * s.nb03;
     const u8* wrow0 = wb + row0 * s.nb01;
     const i64 rows = s.m - row0;
@@ -2724,21 +2739,25 @@ TANDEM_DEVICE void tandem_wgmma_quant_tile(const char* w, const u16* xh, const f
     const int phase = (int)((u64)(wrow0 + (threadIdx.x / 2) * s.nb01) & 15u);
     auto lead = [&](i64 st) { return (int)((phase + st * L::RAW_ROW) & 15); };
     u8* stages = base + L::STAGES_AT;
-    const i64 steps = s.k / TANDEM_WGMMA_BK;
+    // This block's k steps st0 .. st0 + steps (at least one: k is a whole number of steps);
+    // below, j and st count from st0.
+    const i64 all = s.k / TANDEM_WGMMA_BK;
+    const i64 parts = (i64)blockIdx.x >= sp.whole ? sp.parts : 1;
+    const i64 st0 = all * at.part / parts, steps = all * (at.part + 1) / parts - st0;
     // Stage j % QSTAGES: activations of step j at its start, raw blocks of step j behind them.
     auto act = [&](i64 j) { return stages + (int)(j % TANDEM_WGMMA_QSTAGES) * L::STAGE; };
     auto raw = [&](i64 j) { return act(j) + TANDEM_WGMMA_B_BYTES; };
     auto tile = [&](i64 j) { return base + (int)(j % 3) * TANDEM_WGMMA_A_BYTES; };
-    rw.copy(raw(0), wrow0, 0, wb);
+    rw.copy(raw(0), wrow0, st0, wb);
 #pragma unroll
     for (int j = 0; j < TANDEM_WGMMA_QSTAGES - 2; ++j) {
-        if (j < steps) x.copy(act(j), j);
-        if (j + 1 < steps) rw.copy(raw(j + 1), wrow0, j + 1, wb);
+        if (j < steps) x.copy(act(j), st0 + j);
+        if (j + 1 < steps) rw.copy(raw(j + 1), wrow0, st0 + j + 1, wb);
         tandem_cp_commit();
     }
     tandem_cp_wait<TANDEM_WGMMA_QSTAGES - 3>();
     __syncthreads();
-    tandem_wgmma_dequant<T>(tile(0), raw(0), lead(0));
+    tandem_wgmma_dequant<T>(tile(0), raw(0), lead(st0));
     float acc[TANDEM_WGMMA_BN / 2];
 #pragma unroll
     for (int i = 0; i < TANDEM_WGMMA_BN / 2; ++i) acc[i] = 0.0f;
@@ -2752,12 +2771,16 @@ TANDEM_DEVICE void tandem_wgmma_quant_tile(const char* w, const u16* xh, const f
         __syncthreads();
         tandem_wgmma_issue(acc, tile(st) + g * 64 * 128, act(st));
         const i64 next = st + TANDEM_WGMMA_QSTAGES - 2;
-        if (next < steps) x.copy(act(next), next);
-        if (next + 1 < steps) rw.copy(raw(next + 1), wrow0, next + 1, wb);
+        if (next < steps) x.copy(act(next), st0 + next);
+        if (next + 1 < steps) rw.copy(raw(next + 1), wrow0, st0 + next + 1, wb);
         tandem_cp_commit();
-        if (st + 1 < steps) tandem_wgmma_dequant<T>(tile(st + 1), raw(st + 1), lead(st + 1));
+        if (st + 1 < steps) tandem_wgmma_dequant<T>(tile(st + 1), raw(st + 1), lead(st0 + st + 1));
         tandem_wgmma_wait<1>();
         tandem_wgmma_hold(acc);
+    }
+    if (float* part = tandem_mm_split_part(sp, blockIdx.x, TANDEM_WGMMA_BM * TANDEM_WGMMA_BN)) {
+        tandem_wgmma_part(acc, part, s, col0, cs + b * s.n);
+        return;
     }
     tandem_wgmma_store(acc, dst + i12 * s.nb2 + i13 * s.nb3, s, row0, col0, cs + b * s.n);
 }
@@ -3485,20 +3508,20 @@ TANDEM_MMA_KERNEL tandem_mma_bf16(const char* w, const u16* xh, char* dst, tande
 #define TANDEM_WGMMA_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_WGMMA_THREADS, 1)
 #define TANDEM_WGMMA_ARGS const char *w, const u16 *xh, char *dst, tandem_mm_shape s
 // The block types: their activations' column scales (tandem_mma_f16_q8_copy) after the copy.
-#define TANDEM_WGMMA_QARGS const char *w, const u16 *xh, const float *cs, char *dst, tandem_mm_shape s
+#define TANDEM_WGMMA_QARGS const char *w, const u16 *xh, const float *cs, char *dst, tandem_mm_shape s, tandem_mm_split sp
 #define TANDEM_WGMMQ_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_WGMMQ_THREADS, 1)
 #define TANDEM_WGMMQ_ARGS TANDEM_MMA_ARGS_Q, tandem_mm_split sp
 TANDEM_WGMMA_KERNEL tandem_wgmma_f16(TANDEM_WGMMA_ARGS, tandem_mm_split sp) { tandem_wgmma_f16_tile(w, xh, dst, s, sp); }
 TANDEM_WGMMA_KERNEL tandem_wgmma_bf16(TANDEM_WGMMA_ARGS, tandem_mm_split sp) {
     tandem_wgmma_f16_tile<true>(w, xh, dst, s, sp);
 }
-TANDEM_WGMMA_KERNEL tandem_wgmma_q4_0(TANDEM_WGMMA_QARGS) { tandem_wgmma_quant_tile<tandem_mmf_q4_0>(w, xh, cs, dst, s); }
-TANDEM_WGMMA_KERNEL tandem_wgmma_q4_1(TANDEM_WGMMA_QARGS) { tandem_wgmma_quant_tile<tandem_mmf_q4_1>(w, xh, cs, dst, s); }
-TANDEM_WGMMA_KERNEL tandem_wgmma_q5_0(TANDEM_WGMMA_QARGS) { tandem_wgmma_quant_tile<tandem_mmf_q5_0>(w, xh, cs, dst, s); }
-TANDEM_WGMMA_KERNEL tandem_wgmma_q5_1(TANDEM_WGMMA_QARGS) { tandem_wgmma_quant_tile<tandem_mmf_q5_1>(w, xh, cs, dst, s); }
-TANDEM_WGMMA_KERNEL tandem_wgmma_q8_0(TANDEM_WGMMA_QARGS) { tandem_wgmma_quant_tile<tandem_mmf_q8_0>(w, xh, cs, dst, s); }
+TANDEM_WGMMA_KERNEL tandem_wgmma_q4_0(TANDEM_WGMMA_QARGS) { tandem_wgmma_quant_tile<tandem_mmf_q4_0>(w, xh, cs, dst, s, sp); }
+TANDEM_WGMMA_KERNEL tandem_wgmma_q4_1(TANDEM_WGMMA_QARGS) { tandem_wgmma_quant_tile<tandem_mmf_q4_1>(w, xh, cs, dst, s, sp); }
+TANDEM_WGMMA_KERNEL tandem_wgmma_q5_0(TANDEM_WGMMA_QARGS) { tandem_wgmma_quant_tile<tandem_mmf_q5_0>(w, xh, cs, dst, s, sp); }
+TANDEM_WGMMA_KERNEL tandem_wgmma_q5_1(TANDEM_WGMMA_QARGS) { tandem_wgmma_quant_tile<tandem_mmf_q5_1>(w, xh, cs, dst, s, sp); }
+TANDEM_WGMMA_KERNEL tandem_wgmma_q8_0(TANDEM_WGMMA_QARGS) { tandem_wgmma_quant_tile<tandem_mmf_q8_0>(w, xh, cs, dst, s, sp); }
 TANDEM_WGMMA_KERNEL tandem_wgmma_iq4_nl(TANDEM_WGMMA_QARGS) {
-    tandem_wgmma_quant_tile<tandem_mmf_iq4_nl>(w, xh, cs, dst, s);
+    tandem_wgmma_quant_tile<tandem_mmf_iq4_nl>(w, xh, cs, dst, s, sp);
 }
 TANDEM_WGMMQ_KERNEL tandem_wgmmq_q4_0(TANDEM_WGMMQ_ARGS) { tandem_wgmmq_quant<tandem_mmf_q4_0>(w, aq, ads, dst, s, sp); }
 TANDEM_WGMMQ_KERNEL tandem_wgmmq_q4_1(TANDEM_WGMMQ_ARGS) { tandem_wgmmq_quant<tandem_mmf_q4_1>(w, aq, ads, dst, s, sp); }

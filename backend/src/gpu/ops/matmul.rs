@@ -213,7 +213,7 @@ mod tests {
         mma_entry, mma_tile, mmid_grouped_bytes, mmid_mma_config, mmid_mma_entry, mmid_wmma_entry, mmq_shared_bytes,
         mmv_config, mmv_entry, mmv_fits, mmv_shared_bytes, quantize_config, rows_per_wave, seg_bytes, seg_entry,
         seg_in_units, seg_narrow, seg_narrow_entry, seg_parts, seg_slots, seg_sm_shared, seg_unit_slots,
-        seg_units_entry, split_sum_config, units_one_per_unit, wgmma_config, wgmma_entry, wgmma_f16_config, wgmma_fits,
+        seg_units_entry, split_sum_config, units_one_per_unit, wgmma_config, wgmma_entry, wgmma_fits,
         wgmma_shared_bytes, wgmma_takes, wgmmq_config, wgmmq_entry, wgmmq_fits, wgmmq_shared_bytes,
         wgmmq_tensor_offsets, wmma_entry, wmma_native_layout, MmSplit, AMD_BLOCK_LDS, GEMM_FAMILY, GEMV_FAMILY,
         GEMV_FLOAT_ROWS, GEMV_FUSED_ACT_BYTES, MMA_COPY_VALUES, QUANTIZE_VALUES, WGMMQ_MAX_ROW_BYTES, WMMA_FAMILY,
@@ -935,20 +935,20 @@ mod tests {
         // Hopper f16: 128 x 256 tiles, four k steps of 48 KiB in flight plus the alignment room;
         // q4_0: three 16 KiB weight tiles and four steps of 32 KiB activations + 4.5 KiB raw blocks
         // padded to 5 KiB (every step's activation tile 1024-byte aligned).
-        let c = wgmma_config(ElemType::Q4_0, &mm);
-        assert_eq!((c.grid, c.block), ([2, 112, 1], [256, 1, 1]));
-        // f16 weights: 224 tiles of 128 x 256 on 132 SMs, a last wave of 92 (more than half
-        // full) left whole; a 1024-row product's 16 tiles in four k ranges of 16 steps.
+        // 224 tiles of 128 x 256 on 132 SMs, a last wave of 92 (more than half full) left whole;
+        // a 1024-row product's 16 tiles in four k ranges of 16 steps.
         let split = MmSplit::new(&mm, (128, 256), 64, 132);
         assert_eq!((split.tiles, split.whole, split.parts), (224, 224, 1));
-        let c = wgmma_f16_config(&split);
+        let c = wgmma_config(ElemType::Q4_0, &split);
+        assert_eq!((c.grid, c.block), ([224, 1, 1], [256, 1, 1]));
+        let c = wgmma_config(ElemType::F16, &split);
         assert_eq!((c.grid, c.block, c.shared_bytes), ([224, 1, 1], [256, 1, 1], 197_632));
         let kv = MmSplit::new(&MulMatShape { m: 1024, ..mm }, (128, 256), 64, 132);
         assert_eq!((kv.tiles, kv.whole, kv.parts, kv.blocks()), (16, 0, 4, 64));
         assert_eq!(kv.partial_bytes(128 * 256), 3 * 16 * 131_072);
         assert_eq!(split_sum_config(&kv, (128, 256)).grid, [16, 32, 1]);
         assert_eq!(
-            wgmma_config(ElemType::Q4_0, &mm).shared_bytes,
+            wgmma_shared_bytes(ElemType::Q4_0),
             49_152 + 4 * (32_768 + 6144) + 1024,
             "q4_0: 48-byte staged rows (36 bytes from up to 12 into a 16-byte unit)"
         );
@@ -967,22 +967,22 @@ mod tests {
         }
         use crate::config::F16Prefill::{Always, Never, Wide};
         let narrow = MulMatShape { n: 9, ..mm };
-        assert!(wgmma_takes(ElemType::F16, Never, &narrow, 132) && wgmma_takes(ElemType::F16, Always, &narrow, 132));
+        assert!(wgmma_takes(ElemType::F16, Never, &narrow) && wgmma_takes(ElemType::F16, Always, &narrow));
         assert!(
-            wgmma_takes(ElemType::BF16, Never, &narrow, 132)
+            wgmma_takes(ElemType::BF16, Never, &narrow)
                 && wgmma_shared_bytes(ElemType::BF16) == wgmma_shared_bytes(ElemType::F16)
         );
-        assert!(!wgmma_takes(ElemType::Q4_0, Never, &mm, 132) && wgmma_takes(ElemType::Q4_0, Always, &narrow, 132));
-        // By default the block types take it past one int8 tile of columns, where its 128 x 256
-        // tiles give at least half the SMs one: 14336 rows at 129 columns 112 tiles; 4096 rows
-        // at 512 columns 64, not on 132 SMs (on 128 they are).
+        assert!(!wgmma_takes(ElemType::Q4_0, Never, &mm) && wgmma_takes(ElemType::Q4_0, Always, &narrow));
+        // By default the block types take it past one int8 tile of columns, at any number of
+        // rows (where the tiles are few, it splits k).
         let wide = |m, n| MulMatShape { m, n, ..mm };
-        assert!(!wgmma_takes(ElemType::Q8_0, Wide, &wide(14336, 128), 132));
-        assert!(wgmma_takes(ElemType::Q8_0, Wide, &wide(14336, 129), 132));
-        assert!(!wgmma_takes(ElemType::Q4_0, Wide, &wide(4096, 512), 132));
-        assert!(wgmma_takes(ElemType::Q4_0, Wide, &wide(4096, 512), 128));
-        assert!(wgmma_takes(ElemType::Q4_0, Always, &wide(1024, 512), 132));
-        assert!(!wgmma_takes(ElemType::Q4K, Always, &mm, 132) && !wgmma_takes(ElemType::F32, Always, &mm, 132));
+        assert!(!wgmma_takes(ElemType::Q8_0, Wide, &wide(14336, 128)));
+        assert!(wgmma_takes(ElemType::Q8_0, Wide, &wide(14336, 129)));
+        assert!(
+            wgmma_takes(ElemType::Q4_0, Wide, &wide(1024, 512)) && wgmma_takes(ElemType::Q4_0, Wide, &wide(4096, 512))
+        );
+        assert!(wgmma_takes(ElemType::Q4_0, Always, &wide(1024, 512)));
+        assert!(!wgmma_takes(ElemType::Q4K, Always, &mm) && !wgmma_takes(ElemType::F32, Always, &mm));
         assert!(has_wgmma("sm_90a") && !has_wgmma("sm_90") && !has_wgmma("sm_100a") && !has_wgmma("gfx942"));
         let f16 = MulMatShape {
             nb01: 2 * mm.k,

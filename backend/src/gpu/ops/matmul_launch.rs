@@ -31,9 +31,9 @@
 //!   dynamic shared memory [`mmq_shared_bytes`]; f16 and bf16: block 256, 128 x 64 tiles.
 //! - `tandem_wgmma_<type>` (NVIDIA sm_90, see [`wgmma_takes`]): f16, bf16 and the 32-value block
 //!   types on the f16 (bf16) copy of src1 with warpgroup mma; block 256 (two warpgroups), 128 x
-//!   256 tiles, grid (ceil(n / 256), ceil(m / 128), batches), dynamic shared memory
-//!   [`wgmma_shared_bytes`]; f16 and bf16 weights (`tandem_wgmma_f16`, `tandem_wgmma_bf16`) take
-//!   a one-dimensional grid split as the int8 GEMM's below.
+//!   256 tiles, dynamic shared memory [`wgmma_shared_bytes`], a one-dimensional grid split as
+//!   the int8 GEMM's below (the block types' split tiles scaled by their columns' scales before
+//!   they reach scratch).
 //! - `tandem_wgmmq_<type>` (NVIDIA sm_90, the 32-value block types where [`wgmma_takes`] does not,
 //!   q4_K and q5_K): int8 warpgroup mma on the q8_1 copy of src1; block 512 (four warpgroups),
 //!   128 x 128 tiles, one-dimensional grid over the tiles of all batches, those of the last
@@ -564,19 +564,18 @@ pub fn half_weights(ty: ElemType) -> bool {
     matches!(ty, ElemType::F16 | ElemType::BF16)
 }
 
-/// Whether prefill of shape `s` with weights of `ty` goes to the Hopper GEMM, on a device of
-/// `units` compute units: f16 and bf16 always (their activations are rounded to f16 / bf16 as the
-/// CPU's dot products round them); the 32-value block types as `f16_prefill` says, by default
-/// where n passes one tile of the Hopper int8 GEMM (128 columns) and its 128 x 256 tiles give at
-/// least half the units one (it does not split k, where the int8 GEMM does: with fewer tiles
-/// that one is faster). There it takes about half the int8 GEMM's time. Its activations are
+/// Whether prefill of shape `s` with weights of `ty` goes to the Hopper GEMM: f16 and bf16
+/// always (their activations are rounded to f16 / bf16 as the CPU's dot products round them);
+/// the 32-value block types as `f16_prefill` says, by default where n passes one tile of the
+/// Hopper int8 GEMM (128 columns). There it takes about half the int8 GEMM's time where its tiles
+/// fill the device, and where they are few both split k ([`MmSplit`]). Its activations are
 /// rounded to q8 as the CPU rounds them, but weights and activations then meet as f16 products
 /// where the CPU and the int8 GEMMs sum integers: results within the matmul tolerance (about
 /// 2^-12 relative against 2^-24), yet greedy tokens of small models can differ.
-pub fn wgmma_takes(ty: ElemType, f16_prefill: F16Prefill, s: &MulMatShape, units: i64) -> bool {
+pub fn wgmma_takes(ty: ElemType, f16_prefill: F16Prefill, s: &MulMatShape) -> bool {
     let blocks = match f16_prefill {
         F16Prefill::Never => false,
-        F16Prefill::Wide => s.n > WGMMQ_TILE_N && 2 * output_tiles(s, WGMMA_TILE).2 >= units,
+        F16Prefill::Wide => s.n > WGMMQ_TILE_N,
         F16Prefill::Always => true,
     };
     wgmma_entry(ty).is_some() && (half_weights(ty) || blocks)
@@ -620,17 +619,10 @@ pub fn wgmma_shared_bytes(ty: ElemType) -> u32 {
     (bytes + 1024) as u32
 }
 
-/// The Hopper GEMM of f16 or bf16 weights over the tiles and parts of `split` (one-dimensional
-/// grid; the block types' take [`wgmma_config`]).
-pub fn wgmma_f16_config(split: &MmSplit) -> LaunchConfig {
-    split.config(WGMMA_THREADS, wgmma_shared_bytes(ElemType::F16))
-}
-
-pub fn wgmma_config(ty: ElemType, s: &MulMatShape) -> LaunchConfig {
-    LaunchConfig {
-        shared_bytes: wgmma_shared_bytes(ty),
-        ..tile_grid((s.n, WGMMA_TILE_N), (s.m, WGMMA_TILE_M), s.batches(), WGMMA_THREADS)
-    }
+/// The Hopper f16 GEMM of weights of `ty` (f16, bf16 or a 32-value block type) over the tiles
+/// and parts of `split` (one-dimensional grid).
+pub fn wgmma_config(ty: ElemType, split: &MmSplit) -> LaunchConfig {
+    split.config(WGMMA_THREADS, wgmma_shared_bytes(ty))
 }
 
 /// The Hopper int8 GEMM for weights of `ty` (the 32-value block types, q4_K and q5_K), if there
@@ -1470,16 +1462,26 @@ pub fn wgmma_acts_padding(k: i64) -> i64 {
 }
 
 /// Queues the q8-rounded f16 copy of `src1` (`tandem_mma_f16_q8_copy`) for the Hopper GEMM of
-/// the 32-value block types, followed by [`wgmma_acts_padding`] bytes of scratch and then the
-/// columns' scales (an f32 each); returns the copy's address and the scales'.
+/// the 32-value block types, followed by [`wgmma_acts_padding`] bytes of scratch, the columns'
+/// scales (an f32 each) and `extra` bytes (256-byte aligned) for the GEMM's split tiles; returns
+/// the copy's address, the scales' and the extra bytes'.
 ///
 /// # Safety
 /// As [`quantize_src1`].
-unsafe fn f16_q8_src1(ctx: &LaunchCtx<'_>, src1: &Tensor) -> Result<(DevicePtr, DevicePtr), KernelError> {
+unsafe fn f16_q8_src1(
+    ctx: &LaunchCtx<'_>,
+    src1: &Tensor,
+    extra: usize,
+) -> Result<(DevicePtr, DevicePtr, DevicePtr), KernelError> {
     let q = Q8Shape::of(src1);
     let (scales_at, bytes) =
         f16_q8_layout(q.columns(), q.ne[0]).ok_or_else(|| launch_error("f16_q8_copy", "bad activation shape"))?;
-    let xh = ctx.scratch.get(bytes)?;
+    let extra_at = bytes.next_multiple_of(256);
+    let total = extra_at
+        .checked_add(extra)
+        .filter(|&t| t <= MAX_SCRATCH)
+        .ok_or_else(|| launch_error("f16_q8_copy", "activations and split sums exceed the scratch limit"))?;
+    let xh = ctx.scratch.get(total)?;
     let scales = xh.offset(scales_at);
     let f = ctx.kernels.function(MMA_FAMILY, "tandem_mma_f16_q8_copy")?;
     let mut args = KernelArgs::new();
@@ -1488,7 +1490,7 @@ unsafe fn f16_q8_src1(ctx: &LaunchCtx<'_>, src1: &Tensor) -> Result<(DevicePtr, 
     // is readable through its strides (caller), the scratch region holds the copy, the padding
     // and a scale per column.
     unsafe { ctx.stream.launch(&f, column_blocks_config(&q), &mut args) }.map_err(KernelError::Gpu)?;
-    Ok((xh, scales))
+    Ok((xh, scales, xh.offset(extra_at)))
 }
 
 /// Where the column scales of `tandem_mma_f16_q8_copy`'s copy of `columns` columns of `k` values
@@ -1734,8 +1736,8 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
         let units = i64::from(ctx.info.compute_units.max(1));
         let f16_prefill = crate::config::Config::get().f16_prefill;
         let hopper = wgmma_allowed(ctx.kernels.target());
-        let wgmma = wgmma_entry(w.ty)
-            .filter(|_| hopper && wgmma_takes(w.ty, f16_prefill, &s, units) && wgmma_fits(w.ty, dptr(w), &s));
+        let wgmma =
+            wgmma_entry(w.ty).filter(|_| hopper && wgmma_takes(w.ty, f16_prefill, &s) && wgmma_fits(w.ty, dptr(w), &s));
         let wgmmq = wgmmq_entry(w.ty).filter(|_| hopper && wgmma.is_none() && wgmmq_fits(w.ty, dptr(w), &s));
         // The activations the kernel reads: q8_1 for the int8 GEMMs, else an f16 copy (rounded to
         // q8 first for the block types' Hopper GEMM).
@@ -1753,11 +1755,10 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
         // run their tiles over a one-dimensional grid whose last wave is split in k ranges
         // ([`MmSplit`]).
         let (entry, cfg, mut split, tile_m) = match (wgmma, wgmmq) {
-            (Some(e), _) if half_weights(w.ty) => {
+            (Some(e), _) => {
                 let split = MmSplit::new(&s, WGMMA_TILE, (s.k + 63) / 64, units);
-                (e, wgmma_f16_config(&split), Some((split, WGMMA_TILE)), WGMMA_TILE_M)
+                (e, wgmma_config(w.ty, &split), Some((split, WGMMA_TILE)), WGMMA_TILE_M)
             }
-            (Some(e), _) => (e, wgmma_config(w.ty, &s), None, WGMMA_TILE_M),
             (None, Some(e)) => {
                 let split = MmSplit::new(&s, WGMMQ_TILE, s.k / 128, units);
                 (e, wgmmq_config(w.ty, &split), Some((split, WGMMQ_TILE)), WGMMQ_TILE_M)
@@ -1792,7 +1793,10 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
                 }
                 MmaActs::F16Q8 => {
                     // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
-                    let (xh, scales) = unsafe { f16_q8_src1(ctx, src1) }?;
+                    let (xh, scales, partial) = unsafe { f16_q8_src1(ctx, src1, extra) }?;
+                    if let Some((sp, _)) = split.as_mut() {
+                        sp.partial = partial.0;
+                    }
                     args.push(xh).push(scales);
                 }
             }
