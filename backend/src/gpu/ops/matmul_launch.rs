@@ -1774,31 +1774,29 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
             let mut args = KernelArgs::new();
             args.push(dptr(w));
             let extra = split.as_ref().map_or(0, |(sp, tile)| sp.partial_bytes(tile.0 * tile.1));
-            match acts {
+            // Each activation copy is followed by `extra` bytes of scratch for the split tiles.
+            let partial = match acts {
                 MmaActs::Q8_1 => {
                     // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
                     let (qs, ds, partial) = unsafe { quantize_src1_with(ctx, src1, extra) }?;
-                    if let Some((sp, _)) = split.as_mut() {
-                        sp.partial = partial.0;
-                    }
                     args.push(qs).push(ds);
+                    partial
                 }
                 MmaActs::F16 | MmaActs::Bf16 => {
                     // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
                     let (xh, partial) = unsafe { half_src1(ctx, src1, acts == MmaActs::Bf16, extra) }?;
-                    if let Some((sp, _)) = split.as_mut() {
-                        sp.partial = partial.0;
-                    }
                     args.push(xh);
+                    partial
                 }
                 MmaActs::F16Q8 => {
                     // SAFETY: forwarded; src1 is a device f32 tensor (predicate).
                     let (xh, scales, partial) = unsafe { f16_q8_src1(ctx, src1, extra) }?;
-                    if let Some((sp, _)) = split.as_mut() {
-                        sp.partial = partial.0;
-                    }
                     args.push(xh).push(scales);
+                    partial
                 }
+            };
+            if let Some((sp, _)) = split.as_mut() {
+                sp.partial = partial.0;
             }
             args.push(dptr(node.dst)).push(s);
             let Some((split, tile)) = split else {
