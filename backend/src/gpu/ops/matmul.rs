@@ -630,24 +630,12 @@ mod tests {
             [(false, two_slots), (false, two_slots)]
         );
         // Not in stretches, nor for a type without units (iq4_nl).
-        assert!(!seg_narrow(
-            ElemType::Q4_0,
-            &one(ElemType::Q4_0, 1024, 4096),
-            8,
-            32,
-            132,
-            false,
-            true
-        ));
-        assert!(!seg_narrow(
-            ElemType::IQ4NL,
-            &one(ElemType::IQ4NL, 1024, 4096),
-            8,
-            32,
-            132,
-            true,
-            true
-        ));
+        for (ty, in_units) in [(ElemType::Q4_0, false), (ElemType::IQ4NL, true)] {
+            assert!(
+                !seg_narrow(ty, &one(ty, 1024, 4096), 8, 32, 132, in_units, true),
+                "{ty:?}"
+            );
+        }
         for ty in [ElemType::Q4_0, ElemType::Q4K, ElemType::Q8_0, ElemType::Q6K] {
             let name = seg_narrow_entry(ty).unwrap();
             assert!(tandem_kernels_hip::find(GEMV_FAMILY).unwrap().entries.contains(&name) && name.ends_with("_n1"));
