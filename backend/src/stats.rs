@@ -12,6 +12,9 @@ pub struct GraphStats {
     pub plan_cached: bool,
     pub plan_us: u64,
     pub launch_us: u64,
+    /// GPU: host microseconds from the first step until the last launch was queued (the part
+    /// of `launch_us` before the final wait); 0 on the host device.
+    pub queue_us: u64,
     pub wall_us: u64,
     /// Nanoseconds spent inside the CPU nodes' kernels (their check, work and pool fork/join),
     /// summed; measured only while [`node_timing`] is on, else 0.
@@ -33,6 +36,9 @@ impl std::fmt::Display for GraphStats {
             self.launch_us,
             self.wall_us
         )?;
+        if self.queue_us > 0 {
+            write!(f, " queue_us={}", self.queue_us)?;
+        }
         if self.kernel_ns > 0 {
             write!(f, " kernel_us={}", self.kernel_ns / 1000)?;
         }

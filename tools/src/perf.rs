@@ -4,7 +4,9 @@
 //!
 //! On a GPU every copy of a case lives in device memory (the leaves drawn once on the host and
 //! uploaded), and each run is timed with events on the device's stream, after a runway copy that
-//! keeps the device busy while the host queues the launches (see `GpuDevice::compute_timed`).
+//! keeps the device busy while the host queues the launches (see `GpuDevice::compute_timed`);
+//! ahead of the back-to-back graphs the runway is as many copies as outlast the host's queueing
+//! (`time_chain`).
 //! Beside each case the same bytes are read once from the same copies by the read probe, timed
 //! the same way (`GpuDevice::read_timed`): the floor for any kernel that must read them.
 
@@ -16,7 +18,7 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 use std::hint::black_box;
 use std::time::Instant;
-use tandem_backend::gpu::{DeviceAlloc, GpuDevice};
+use tandem_backend::gpu::{self, DeviceAlloc, GpuDevice, Timed};
 use tandem_backend::{Device, GraphStats};
 use tandem_graph::{Graph, Op, TensorId};
 
@@ -44,8 +46,15 @@ const DISTINCT_ROWS: usize = 256;
 const RUNWAY_BYTES: usize = 256 << 20;
 /// Untimed GPU runs per case (the first also compiles or loads the kernels).
 const GPU_WARMUP: usize = 5;
-/// Untimed runs of the back-to-back graph (its plan is made on the first).
+/// Untimed runs of the back-to-back graph (its plan is made on the first; they also measure how
+/// long the host takes to queue it).
 const CHAIN_WARMUP: usize = 2;
+/// The runway ahead of a back-to-back graph lasts at least this many times as long as the host
+/// took to queue the graph in its untimed runs, so that the timed stretch holds device time only
+/// (the host's pace between launches does not show where every launch is queued before it).
+const RUNWAY_MARGIN: f64 = 1.5;
+/// Runway copies queued ahead of one back-to-back graph at most.
+const MAX_RUNWAY_TIMES: usize = 64;
 /// Nodes of the back-to-back graph at least: the copies in turn, again as often as needed. A
 /// decode step runs hundreds of matmuls back to back; with only the copies (five of a 117 MB
 /// weight) the graph's first kernel, which nothing ahead overlaps, and its last one's tail added
@@ -119,10 +128,27 @@ pub struct CaseResult {
     /// to back (as dependent launches where the device has them).
     #[serde(default)]
     pub chain_read_us_median: Option<f64>,
+    /// GPU: how the back-to-back graph was queued behind its runway.
+    #[serde(default)]
+    pub chain_queue: Option<ChainQueue>,
+    /// GPU: the same for the read probe's back-to-back launches.
+    #[serde(default)]
+    pub chain_read_queue: Option<ChainQueue>,
     pub flops: f64,
     pub tflops: Option<f64>,
     pub graph: Option<GraphSummary>,
     pub error: Option<String>,
+}
+
+/// How a back-to-back stretch was queued: the host's time per node to queue it (median over the
+/// timed runs), how long the runway ahead of it kept the device busy (copies of the runway's
+/// bytes at the copy rate of [`Ceiling`]), and in how many timed runs the queueing outlasted the
+/// runway (there the device may have waited for the host, and the figure shows the host's pace).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct ChainQueue {
+    pub queue_us_per_node: f64,
+    pub runway_us: f64,
+    pub host_paced_runs: usize,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -147,6 +173,18 @@ struct Sample {
 struct Runway {
     src: DeviceAlloc,
     dst: DeviceAlloc,
+}
+
+impl Runway {
+    /// `times` copies of the runway's [`RUNWAY_BYTES`].
+    fn copies(&self, times: usize) -> gpu::Runway {
+        gpu::Runway {
+            dst: self.dst.ptr(),
+            src: self.src.ptr(),
+            bytes: RUNWAY_BYTES,
+            times,
+        }
+    }
 }
 
 /// Runs the selected perf cases; true when at least one ran and none failed.
@@ -277,7 +315,7 @@ fn measure(dev: &Device, runway: Option<&Runway>, case: &Case, opts: &PerfOption
         ..Default::default()
     };
     let timed = match (dev, runway) {
-        (Device::Gpu(g), Some(rw)) => time_gpu(dev, g, rw, case, opts, &mut r),
+        (Device::Gpu(g), Some(rw)) => time_gpu(dev, g, rw, ceiling_gbps, case, opts, &mut r),
         (Device::Gpu(_), None) => Err("no runway buffers".into()),
         (Device::Host(_), _) => time_host(dev, case, opts, &mut r),
     };
@@ -401,6 +439,7 @@ fn time_gpu(
     dev: &Device,
     g: &GpuDevice,
     runway: &Runway,
+    copy_gbps: f64,
     case: &Case,
     opts: &PerfOptions,
     r: &mut CaseResult,
@@ -432,7 +471,7 @@ fn time_gpu(
         graphs.push(rebased(host_graph, host_base, a.ptr().0 as usize));
         allocs.push(a);
     }
-    let runway_copy = (runway.dst.ptr(), runway.src.ptr(), RUNWAY_BYTES);
+    let runway_copy = runway.copies(1);
     let way = Some(runway_copy);
     // Each sample pairs an event-timed run behind the runway (device time) with a plain run of
     // the next copy (host wall time and the executor's stats, free of the runway's wait).
@@ -468,23 +507,100 @@ fn time_gpu(
     r.chain_nodes = order.len();
     let chain = chained(&order.iter().map(|&i| &graphs[i]).collect::<Vec<_>>());
     let per = order.len() as f64;
-    let chain_med = median_after(CHAIN_WARMUP, r.reps, |_| {
+    let (chain_us, queue) = time_chain(runway, copy_gbps, per, r.reps, |way| {
         // SAFETY: as `run` above: each copy's tensors lie in its own allocation.
-        let (_, ms) = unsafe { g.compute_timed(&chain, way) }.map_err(|e| format!("back to back: {e}"))?;
-        Ok(ms as f64 * 1e3 / per)
+        let (stats, ms) = unsafe { g.compute_timed(&chain, Some(way)) }.map_err(|e| format!("back to back: {e}"))?;
+        Ok(Timed {
+            ms,
+            queue_us: stats.queue_us as f64,
+        })
     })?;
-    r.chain_us_median = Some(chain_med);
-    r.chain_gbps = Some(r.bytes as f64 / (chain_med * 1e-6) / 1e9);
+    warn_host_paced(&r.name, "back-to-back graph", &queue, r.reps);
+    r.chain_us_median = Some(chain_us);
+    r.chain_gbps = Some(r.bytes as f64 / (chain_us * 1e-6) / 1e9);
+    r.chain_queue = Some(queue);
     let starts: Vec<_> = order.iter().map(|&i| allocs[i].ptr()).collect();
-    r.chain_read_us_median = Some(median_after(CHAIN_WARMUP, r.reps, |_| {
+    let (read_us, read_queue) = time_chain(runway, copy_gbps, per, r.reps, |way| {
         // SAFETY: the probe reads `read_bytes` <= each allocation's length from its start; the
         // runway buffers are separate allocations.
-        let ms = unsafe { g.read_chain_timed(&starts, read_bytes, runway_copy) }
-            .map_err(|e| format!("read probe, back to back: {e}"))?;
-        Ok(ms as f64 * 1e3 / per)
-    })?);
+        unsafe { g.read_chain_timed(&starts, read_bytes, way) }.map_err(|e| format!("read probe, back to back: {e}"))
+    })?;
+    warn_host_paced(&r.name, "read probe's back-to-back launches", &read_queue, r.reps);
+    r.chain_read_us_median = Some(read_us);
+    r.chain_read_queue = Some(read_queue);
     drop(allocs);
     Ok(samples)
+}
+
+/// Device µs per node (median over `reps` timed runs) of a back-to-back stretch of `per` nodes
+/// that `timed` queues behind the runway it is given, and how it was queued. The
+/// [`CHAIN_WARMUP`] untimed runs go behind one runway copy; the timed ones behind as many as
+/// make the runway last [`RUNWAY_MARGIN`] times the longest queueing of those (at the copy rate
+/// `copy_gbps`, read + write), at most [`MAX_RUNWAY_TIMES`].
+fn time_chain(
+    runway: &Runway,
+    copy_gbps: f64,
+    per: f64,
+    reps: usize,
+    mut timed: impl FnMut(gpu::Runway) -> Result<Timed, String>,
+) -> Result<(f64, ChainQueue), String> {
+    let once_us = 2.0 * RUNWAY_BYTES as f64 / (copy_gbps.max(1.0) * 1e3);
+    time_chain_with(once_us, per, reps, |times| timed(runway.copies(times)))
+}
+
+/// [`time_chain`] with runway copies of `once_us` each; `timed(times)` runs the stretch behind
+/// `times` of them.
+fn time_chain_with(
+    once_us: f64,
+    per: f64,
+    reps: usize,
+    mut timed: impl FnMut(usize) -> Result<Timed, String>,
+) -> Result<(f64, ChainQueue), String> {
+    let mut queued = 0.0f64;
+    for _ in 0..CHAIN_WARMUP {
+        queued = queued.max(timed(1)?.queue_us);
+    }
+    let times = runway_times(queued, once_us);
+    let runway_us = times as f64 * once_us;
+    let (mut us, mut queue) = (Vec::with_capacity(reps), Vec::with_capacity(reps));
+    let mut host_paced_runs = 0;
+    for _ in 0..reps.max(1) {
+        let t = timed(times)?;
+        us.push(t.ms as f64 * 1e3 / per);
+        queue.push(t.queue_us / per);
+        host_paced_runs += usize::from(t.queue_us > runway_us);
+    }
+    Ok((
+        median(&mut us),
+        ChainQueue {
+            queue_us_per_node: median(&mut queue),
+            runway_us,
+            host_paced_runs,
+        },
+    ))
+}
+
+/// Runway copies of `once_us` each that last [`RUNWAY_MARGIN`] times `queued_us`: at least one,
+/// at most [`MAX_RUNWAY_TIMES`].
+fn runway_times(queued_us: f64, once_us: f64) -> usize {
+    let want = (RUNWAY_MARGIN * queued_us / once_us.max(1e-3)).ceil();
+    if want.is_finite() && want >= 1.0 {
+        (want as usize).min(MAX_RUNWAY_TIMES)
+    } else {
+        1
+    }
+}
+
+/// Says on stderr where the host took longer to queue a back-to-back stretch than its runway
+/// lasted in more than half of the timed runs: its figure may show the host's pace.
+fn warn_host_paced(case: &str, what: &str, q: &ChainQueue, reps: usize) {
+    if 2 * q.host_paced_runs > reps {
+        eprintln!(
+            "perf-ops: {case}: the host queued the {what} more slowly than its runway of {:.0} µs lasted \
+             in {} of {reps} runs ({:.2} µs a node); the back-to-back figure may show the host's pace",
+            q.runway_us, q.host_paced_runs, q.queue_us_per_node
+        );
+    }
 }
 
 /// The median of `measure(i)` over i = warmup .. warmup + reps, after the untimed i < warmup.
@@ -671,6 +787,68 @@ mod tests {
         assert_eq!(m, Ok(3.0));
         assert_eq!(seen, [0, 1, 2, 3, 4]);
         assert_eq!(median_after(0, 3, |_| Err("boom".into())), Err("boom".to_string()));
+    }
+
+    #[test]
+    fn the_runway_outlasts_the_queueing_seen() {
+        // 200 µs of queueing, copies of 127 µs: 300 µs wanted, three copies (381 µs).
+        assert_eq!(runway_times(200.0, 127.0), 3);
+        // Fast queueing still gets one copy; endless queueing no more than the cap.
+        assert_eq!(runway_times(1.0, 127.0), 1);
+        assert_eq!(runway_times(0.0, 127.0), 1);
+        assert_eq!(runway_times(1e9, 127.0), MAX_RUNWAY_TIMES);
+        assert_eq!(runway_times(f64::NAN, 127.0), 1);
+    }
+
+    #[test]
+    fn time_chain_lengthens_the_runway_and_counts_host_paced_runs() {
+        // A runway buffer pair is not needed to test the arithmetic: the closure sees the runway
+        // it is given. 256 MiB at 4000 GB/s (read + write): 134.2 µs a copy.
+        let once = 2.0 * RUNWAY_BYTES as f64 / 4e6;
+        let mut seen = Vec::new();
+        let mut calls = 0;
+        let (us, q) = time_chain_with(once, 4.0, 3, |times| {
+            seen.push(times);
+            calls += 1;
+            // Warm-up runs queue in 300 µs; timed runs in 100, 100 and 500 µs.
+            let queue_us = match calls {
+                1 | 2 => 300.0,
+                5 => 500.0,
+                _ => 100.0,
+            };
+            Ok(Timed {
+                ms: 0.004 * calls as f32,
+                queue_us,
+            })
+        })
+        .unwrap();
+        // 1.5 x 300 µs = 450 µs: four copies (537 µs).
+        assert_eq!(seen, [1, 1, 4, 4, 4]);
+        assert!((q.runway_us - 4.0 * once).abs() < 1e-9);
+        assert_eq!(q.host_paced_runs, 0);
+        assert_eq!(q.queue_us_per_node, 25.0);
+        // Timed runs took 12, 16 and 20 µs for four nodes: median 4 µs a node.
+        assert!((us - 4.0).abs() < 1e-6, "{us}");
+        let (_, q) = time_chain_with(once, 1.0, 2, |_| {
+            Ok(Timed {
+                ms: 0.001,
+                queue_us: 1000.0,
+            })
+        })
+        .unwrap();
+        // 1.5 x 1000 µs: twelve copies (1611 µs) outlast every timed run's queueing.
+        assert_eq!(q.host_paced_runs, 0);
+        let mut n = 0;
+        let (_, q) = time_chain_with(once, 1.0, 2, |_| {
+            n += 1;
+            Ok(Timed {
+                ms: 0.001,
+                queue_us: if n <= CHAIN_WARMUP { 10.0 } else { 1000.0 },
+            })
+        })
+        .unwrap();
+        // One copy planned from fast warm-ups; both timed runs then outlast it.
+        assert_eq!(q.host_paced_runs, 2);
     }
 
     #[test]

@@ -46,6 +46,42 @@ struct ExecState {
     queued_at: Vec<u64>,
 }
 
+/// Device-to-device copies queued ahead of a timed stretch ([`GpuDevice::compute_timed`]): `times`
+/// copies of `bytes` from `src` to `dst`, which keep the device busy while the host queues what
+/// is timed behind them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Runway {
+    pub dst: DevicePtr,
+    pub src: DevicePtr,
+    pub bytes: usize,
+    pub times: usize,
+}
+
+impl Runway {
+    /// Queues the copies on `stream`.
+    ///
+    /// # Safety
+    /// `src .. src + bytes` and `dst .. dst + bytes` are device memory of the stream's device.
+    unsafe fn queue(&self, stream: &Stream) -> GpuResult<()> {
+        for _ in 0..self.times {
+            // SAFETY: forwarded contract.
+            unsafe { stream.copy_dtod_async(self.dst, self.src, self.bytes) }.map_err(|mut e| {
+                e.message = format!("runway copy: {}", e.message);
+                e
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// A timed stretch of work on a stream: device milliseconds between the events around it, host
+/// microseconds it took to queue.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Timed {
+    pub ms: f32,
+    pub queue_us: f64,
+}
+
 impl GpuDevice {
     /// Opens device `ordinal` of `backend` as `TANDEM<index>`.
     pub fn new(backend: &GpuBackend, ordinal: usize, index: usize, threads: usize) -> GpuResult<GpuDevice> {
@@ -225,7 +261,7 @@ impl GpuDevice {
     unsafe fn compute_with(
         &self,
         g: &Graph,
-        timing: Option<Option<(DevicePtr, DevicePtr, usize)>>,
+        timing: Option<Option<Runway>>,
     ) -> Result<(GraphStats, Option<f32>), ExecError> {
         // Failures of the graph as a whole (binding the device, the final wait) name no node.
         let other = |reason: String| ExecError::Other {
@@ -267,14 +303,15 @@ impl GpuDevice {
         stats.noop_nodes = plan.noops;
         stats.plan_us = t0.elapsed().as_micros() as u64;
         let t1 = Instant::now();
-        if let Some(Some((dst, src, bytes))) = timing {
+        if let Some(Some(runway)) = timing {
             // SAFETY: forwarded contract.
-            unsafe { st.stream.copy_dtod_async(dst, src, bytes) }.map_err(|e| other(format!("runway copy: {e}")))?;
+            unsafe { runway.queue(&st.stream) }.map_err(|e| other(e.to_string()))?;
         }
         if let Some((start, _)) = &events {
             start.record(&st.stream).map_err(|e| other(e.to_string()))?;
         }
         let result = self.run(&mut st, g, &kinds, &plan, &mut stats);
+        stats.queue_us = t1.elapsed().as_micros() as u64;
         let recorded = events.as_ref().map(|(_, end)| end.record(&st.stream));
         let synced = st.stream.synchronize();
         st.scratch.release_retired();
@@ -414,51 +451,50 @@ impl GpuDevice {
     /// on the stream before the first step and after the last one (launch gaps and CPU-fallback
     /// groups between them count; planning does not).
     ///
-    /// `runway` = (dst, src, bytes): a device-to-device copy queued before the start event. It
-    /// keeps the device busy while the host queues the graph's launches, so a graph of short
-    /// kernels is timed without the host's launch latency in front of its first kernel (and the
-    /// copy also evicts the previous run's data from the cache).
+    /// `runway`: device-to-device copies queued before the start event ([`Runway`]). They keep
+    /// the device busy while the host queues the graph's launches, so a graph of short kernels
+    /// is timed without the host's launch latency in front of its first kernel, and, where the
+    /// runway outlasts the queueing (`GraphStats::queue_us`), without the host's pace between
+    /// them (the copy also evicts the previous run's data from the cache).
     ///
     /// # Safety
     /// As [`Self::compute`]; the runway's ranges are device memory of this device, unused by `g`.
-    pub unsafe fn compute_timed(
-        &self,
-        g: &Graph,
-        runway: Option<(DevicePtr, DevicePtr, usize)>,
-    ) -> Result<(GraphStats, f32), ExecError> {
+    pub unsafe fn compute_timed(&self, g: &Graph, runway: Option<Runway>) -> Result<(GraphStats, f32), ExecError> {
         // SAFETY: forwarded contract.
         let (stats, ms) = unsafe { self.compute_with(g, Some(runway)) }?;
         Ok((stats, ms.unwrap_or(0.0)))
     }
 
-    /// Device time in milliseconds of what `queue` puts on the stream, from events recorded
-    /// around it; `before` = (dst, src, bytes) is a device-to-device copy queued ahead of the
-    /// start event (a runway, as in [`Self::compute_timed`]).
+    /// What `queue` puts on the stream took: device milliseconds from events recorded around
+    /// it, and host microseconds to queue it; `before` is a runway queued ahead of the start
+    /// event (as in [`Self::compute_timed`]).
     ///
     /// # Safety
     /// `before`'s ranges are device memory of this device; `queue` queues only work whose
     /// contract its caller meets.
     unsafe fn events_around(
         &self,
-        before: Option<(DevicePtr, DevicePtr, usize)>,
+        before: Option<Runway>,
         queue: impl FnOnce(&Stream) -> GpuResult<()>,
-    ) -> GpuResult<f32> {
+    ) -> GpuResult<Timed> {
         let start = self.ctx.event()?;
         let end = self.ctx.event()?;
         let st = self.state();
         self.ctx.bind()?;
-        if let Some((dst, src, bytes)) = before {
+        if let Some(runway) = before {
             // SAFETY: forwarded contract.
-            unsafe { st.stream.copy_dtod_async(dst, src, bytes) }.map_err(|mut e| {
-                e.message = format!("runway copy: {}", e.message);
-                e
-            })?;
+            unsafe { runway.queue(&st.stream) }?;
         }
         start.record(&st.stream)?;
+        let t0 = Instant::now();
         queue(&st.stream)?;
+        let queue_us = t0.elapsed().as_secs_f64() * 1e6;
         end.record(&st.stream)?;
         st.stream.synchronize()?;
-        start.elapsed_ms(&end)
+        Ok(Timed {
+            ms: start.elapsed_ms(&end)?,
+            queue_us,
+        })
     }
 
     /// Device time in milliseconds of one device-to-device copy of `bytes`, from events recorded
@@ -468,40 +504,30 @@ impl GpuDevice {
     /// Both ranges are device memory of this device.
     pub unsafe fn copy_timed(&self, dst: DevicePtr, src: DevicePtr, bytes: usize) -> GpuResult<f32> {
         // SAFETY: forwarded contract.
-        unsafe { self.events_around(None, |stream| stream.copy_dtod_async(dst, src, bytes)) }
+        unsafe { self.events_around(None, |stream| stream.copy_dtod_async(dst, src, bytes)) }.map(|t| t.ms)
     }
 
     /// Device time in milliseconds of reading the `bytes` at `src` once with `tandem_read_probe`
     /// (16-byte streaming loads, as a weight-streaming kernel reads), from events around the one
-    /// launch, behind the runway copy `runway` = (dst, src, bytes) as in [`Self::compute_timed`]:
-    /// what a kernel that must read those bytes can take at best. The runway's destination also
-    /// serves as the probe's scratch word.
+    /// launch, behind `runway` as in [`Self::compute_timed`]: what a kernel that must read those
+    /// bytes can take at best. The runway's destination also serves as the probe's scratch word.
     ///
     /// # Safety
     /// `src .. src + bytes` and the runway's ranges are device memory of this device.
-    pub unsafe fn read_timed(
-        &self,
-        src: DevicePtr,
-        bytes: usize,
-        runway: (DevicePtr, DevicePtr, usize),
-    ) -> Result<f32, String> {
+    pub unsafe fn read_timed(&self, src: DevicePtr, bytes: usize, runway: Runway) -> Result<f32, String> {
         // SAFETY: forwarded contract.
-        unsafe { self.read_chain_timed(&[src], bytes, runway) }
+        unsafe { self.read_chain_timed(&[src], bytes, runway) }.map(|t| t.ms)
     }
 
     /// [`Self::read_timed`] of the `bytes` at each of `srcs` in turn, back to back in one timed
     /// stretch (as dependent launches where the device has them, so each read may start before
-    /// the one ahead ends): the floor for kernels that read those bytes one after another.
+    /// the one ahead ends): the floor for kernels that read those bytes one after another. Also
+    /// the host time it took to queue them ([`Timed`]).
     ///
     /// # Safety
     /// Each `src .. src + bytes` and the runway's ranges are device memory of this device, and
     /// nothing writes the sources meanwhile.
-    pub unsafe fn read_chain_timed(
-        &self,
-        srcs: &[DevicePtr],
-        bytes: usize,
-        runway: (DevicePtr, DevicePtr, usize),
-    ) -> Result<f32, String> {
+    pub unsafe fn read_chain_timed(&self, srcs: &[DevicePtr], bytes: usize, runway: Runway) -> Result<Timed, String> {
         let f = self
             .kernels
             .function("copy", "tandem_read_probe")
@@ -517,7 +543,7 @@ impl GpuDevice {
         let queue = |stream: &Stream| -> GpuResult<()> {
             for &src in srcs {
                 let mut args = KernelArgs::new();
-                args.push(src).push(n16 as i64).push(0x9e37_79b9u32).push(runway.0);
+                args.push(src).push(n16 as i64).push(0x9e37_79b9u32).push(runway.dst);
                 // SAFETY: the kernel takes (const uint4*, i64, u32, u32*) as pushed; it reads the
                 // n16 whole 16-byte words from src (inside the caller's range, written by nothing
                 // queued) before its tandem_grid_wait, and after it may write 4 bytes at the

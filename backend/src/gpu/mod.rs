@@ -25,7 +25,7 @@ pub mod safe;
 pub use api::{
     CompileError, DeviceInfo, DevicePtr, GpuError, GpuResult, GpuRuntime, KernelCompiler, LaunchConfig, RuntimeKind,
 };
-pub use device::GpuDevice;
+pub use device::{GpuDevice, Runway, Timed};
 pub use jit::{KernelCache, Origin};
 pub use kernels::{KernelError, Kernels};
 pub use loader::LibReport;
