@@ -564,18 +564,33 @@ mod tests {
         );
         // Units that two steps per wave cover over one block per SM (4224 rows: 2112 units of
         // two rows for 132 x 8 waves) take one block per SM, so the next kernel's blocks fit
-        // beside them; fewer, a unit per wave (1024 rows: 512 units, 64 blocks); more take two.
+        // beside them; where one step per wave would do, two steps a wave on fewer blocks
+        // (1024 rows: 512 units, 32 blocks; 2048 rows: 64; 2112 rows: 1056 units, 66); more
+        // take two blocks per SM.
         let blocks =
             |m: i64| gemv_seg_config(ElemType::Q4_0, &one(ElemType::Q4_0, m, 4096), 8, 32, 132, true, true).grid[0];
         assert_eq!(
-            (blocks(2112), blocks(4224), blocks(1024), blocks(4226)),
-            (132, 132, 64, 264)
+            [
+                blocks(2112),
+                blocks(2114),
+                blocks(3072),
+                blocks(4224),
+                blocks(1024),
+                blocks(2048),
+                blocks(4226)
+            ],
+            [66, 132, 132, 132, 32, 64, 264]
         );
         assert_eq!(
             (units_one_per_unit(2112, 8, 132), units_one_per_unit(2113, 8, 132)),
             (Some(132), None)
         );
+        assert_eq!(
+            (units_one_per_unit(1056, 8, 132), units_one_per_unit(1057, 8, 132)),
+            (Some(66), Some(132))
+        );
         assert_eq!(units_one_per_unit(5, 8, 132), Some(1));
+        assert_eq!(units_one_per_unit(17, 8, 132), Some(2));
         // Batches keep the walk of two blocks per SM.
         assert_eq!(
             gemv_seg_config(
@@ -598,9 +613,10 @@ mod tests {
         let plain =
             |m: i64| gemv_seg_config(ElemType::Q4_0, &one(ElemType::Q4_0, m, 4096), 8, 32, 132, true, false).grid[0];
         assert_eq!((plain(1024), plain(4224), plain(14336)), (64, 264, 264));
-        // At most one step a wave: the one-slot walk (`_n1`), half the stage memory. q4_0 x 4096:
-        // 1024 and 2048 rows (512 and 1024 units over 64 and 128 blocks of 8 waves), not 3072
-        // (1536 units over 132 blocks); never without the overlap.
+        // At most one step a wave: the one-slot walk (`_n1`), half the stage memory. One-batch
+        // grids that overlap give their waves two steps (q4_0 x 4096: 1024 and 2048 rows, 512
+        // and 1024 units over 32 and 64 blocks of 8 waves; 3072, 1536 units over 132 blocks),
+        // except the smallest (16 rows, 8 units: one block); never without the overlap.
         let narrow = |m: i64, overlapped: bool| {
             let s = one(ElemType::Q4_0, m, 4096);
             let n = seg_narrow(ElemType::Q4_0, &s, 8, 32, 132, true, overlapped);
@@ -613,6 +629,7 @@ mod tests {
         let two_slots = 8 * 2 * 32 * 144 + 4096 + 1024;
         assert_eq!(
             [
+                narrow(16, true),
                 narrow(1024, true),
                 narrow(2048, true),
                 narrow(3072, true),
@@ -620,7 +637,8 @@ mod tests {
             ],
             [
                 (true, one_slot),
-                (true, one_slot),
+                (false, two_slots),
+                (false, two_slots),
                 (false, two_slots),
                 (false, two_slots)
             ]

@@ -15,8 +15,9 @@
 //!   per lane (dynamic shared memory: the stages and the block's q8_1 column);
 //!   `tandem_gemv_<t>_u1` (q4_0, q4_K, q8_0 and q6_K where [`seg_in_units`]) likewise, the waves
 //!   taking units of whole rows in turn across the grid, a ring of stages per wave (two, q8_0
-//!   three; [`seg_unit_slots`]); one block per SM where [`SEGU_HELD`] steps per wave cover the
-//!   units ([`units_one_per_unit`]), else about two. Float
+//!   three; [`seg_unit_slots`]); at most one block per SM where [`SEGU_HELD`] steps per wave
+//!   cover the units, as few as give every wave that many where one step per wave would do
+//!   ([`units_one_per_unit`]), else about two. Float
 //!   weights: block 128, grid (ceil(m / rows), batches), `GEMV_FLOAT_ROWS` rows per block for
 //!   one column (else one), each thread loading several 16-byte vectors of every row at once.
 //! - `tandem_mul_mat_id_<type>`: as the GEMV of its type, grid.y = n_used * n_tokens;
@@ -1176,14 +1177,24 @@ fn seg_work(ty: ElemType, s: &MulMatShape, warp_size: u32, in_units: bool) -> i6
 pub const SEGU_HELD: i64 = 2;
 
 /// Blocks of a units walk of `work` units that at most `SEGU_HELD` steps per wave cover with at
-/// most one block per SM/CU, if any: as many as there are SMs (or units), so that each SM holds
-/// one block of this kernel and room for one of the next, which then reads, quantizes and dots
-/// its share while this one ends (a dependent launch); `None` where it takes more steps (two
-/// blocks per SM then keep more copies in flight).
+/// most one block per SM/CU, if any; `None` where it takes more steps (two blocks per SM then
+/// keep more copies in flight). Each SM then holds at most one block of this kernel and room for
+/// those of the next, which read, quantize and dot their share while this one ends (a dependent
+/// launch). Where one step per wave would do it on at most one block per SM, every wave takes
+/// `SEGU_HELD` steps on as few blocks as that needs: each block reads and quantizes the whole
+/// column, and half the blocks read it half as often (H200, q4_0 x 4096 back to back: 2048 rows
+/// 1.59-1.60 µs on 64 blocks against 1.93-1.95 on 128 of one step a wave, 1024 rows 1.19-1.20
+/// on 32 against 1.26-1.33 on 64; docs/performance.md, thirty-fourth record). Otherwise as many
+/// as there are SMs.
 pub fn units_one_per_unit(work: i64, waves: i64, units: u32) -> Option<i64> {
     let sms = i64::from(units.max(1));
     let waves = waves.max(1);
-    (work <= sms * waves * SEGU_HELD).then(|| sms.min((work.max(1) + waves - 1) / waves))
+    let work = work.max(1);
+    if work <= sms * waves {
+        Some((work + waves * SEGU_HELD - 1) / (waves * SEGU_HELD))
+    } else {
+        (work <= sms * waves * SEGU_HELD).then_some(sms)
+    }
 }
 
 /// Whether a units walk queued now runs its first steps while the kernel ahead still runs: it
@@ -1246,8 +1257,9 @@ fn seg_grid_blocks(
 /// behind then starts its reads beside this kernel's and the next one's rather than once this
 /// one's have left. Only for a walk that overlaps the kernel ahead (`overlapped`, its column read
 /// before its wait): with the column read after the wait it was slower (H200, q4_0 x 4096, back
-/// to back: 1024 / 2048 rows 4.53 / 5.44 µs against 3.99 / 4.75 on `_u1`). Not with
-/// [`SEG_NARROW_SWITCH`] given.
+/// to back: 1024 / 2048 rows 4.53 / 5.44 µs against 3.99 / 4.75 on `_u1`). One-batch grids that
+/// overlap give every wave [`SEGU_HELD`] steps ([`units_one_per_unit`]), so it serves those of
+/// one block and grids of several batches. Not with [`SEG_NARROW_SWITCH`] given.
 pub fn seg_narrow(
     ty: ElemType,
     s: &MulMatShape,
