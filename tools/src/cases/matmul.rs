@@ -288,12 +288,14 @@ pub fn cases(v: &mut Vec<Case>) {
             v.push(mul_mat(ty, 4227, 2048, 1, [1, 1], [1, 1]));
             v.push(mul_mat_chain(ty, 4096, 1, 3));
         }
-        // Units walks that one step a wave would cover on at most one block per SM take two
-        // steps a wave on half as many blocks (NVIDIA sm_90 with dependent launches): 1024
-        // units of two rows (q8_0: k = 2048), the last of one row.
+        // Units walks that two steps a wave cover on at most one block per SM take as few
+        // blocks as give every wave two (NVIDIA sm_90 with dependent launches): 1024 units of
+        // two rows (q8_0: k = 2048), the last of one row, where one step a wave would have done
+        // on 128 blocks; 1541 units on 97 blocks of 8 waves, whose last waves take one step.
         if matches!(ty, ElemType::Q4_0 | ElemType::Q4K | ElemType::Q8_0 | ElemType::Q6K) {
             let kk = if ty == ElemType::Q8_0 { 2048 } else { 4096 };
             v.push(mul_mat(ty, 2047, kk, 1, [1, 1], [1, 1]));
+            v.push(mul_mat(ty, 3081, kk, 1, [1, 1], [1, 1]));
         }
         // One column of more than 8192 values: the GEMV reads a q8_1 copy made by a launch of
         // its own (rows 16-byte aligned for every type, so on NVIDIA the async walk reads it).

@@ -562,11 +562,11 @@ mod tests {
             (c.grid, c.block, c.shared_bytes),
             ([264, 1, 1], [256, 1, 1], 8 * 2 * 32 * 144 + 4096 + 1024)
         );
-        // Units that two steps per wave cover over one block per SM (4224 rows: 2112 units of
-        // two rows for 132 x 8 waves) take one block per SM, so the next kernel's blocks fit
-        // beside them; where one step per wave would do, two steps a wave on fewer blocks
-        // (1024 rows: 512 units, 32 blocks; 2048 rows: 64; 2112 rows: 1056 units, 66); more
-        // take two blocks per SM.
+        // Units that two steps per wave cover over at most one block per SM (up to 4224 rows:
+        // 2112 units of two rows for 132 x 8 waves) take as few blocks as give every wave two
+        // steps (1024 rows: 512 units, 32 blocks; 2048 rows: 64; 2112 rows: 1056 units, 66;
+        // 2114 rows: 1057 units, 67, the last wave one step; 3072 rows: 96), so the next
+        // kernel's blocks fit beside them; more take two blocks per SM.
         let blocks =
             |m: i64| gemv_seg_config(ElemType::Q4_0, &one(ElemType::Q4_0, m, 4096), 8, 32, 132, true, true).grid[0];
         assert_eq!(
@@ -579,7 +579,7 @@ mod tests {
                 blocks(2048),
                 blocks(4226)
             ],
-            [66, 132, 132, 132, 32, 64, 264]
+            [66, 67, 96, 132, 32, 64, 264]
         );
         assert_eq!(
             (units_one_per_unit(2112, 8, 132), units_one_per_unit(2113, 8, 132)),
@@ -587,7 +587,7 @@ mod tests {
         );
         assert_eq!(
             (units_one_per_unit(1056, 8, 132), units_one_per_unit(1057, 8, 132)),
-            (Some(66), Some(132))
+            (Some(66), Some(67))
         );
         assert_eq!(units_one_per_unit(5, 8, 132), Some(1));
         assert_eq!(units_one_per_unit(17, 8, 132), Some(2));

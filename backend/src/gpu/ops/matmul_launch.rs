@@ -15,9 +15,9 @@
 //!   per lane (dynamic shared memory: the stages and the block's q8_1 column);
 //!   `tandem_gemv_<t>_u1` (q4_0, q4_K, q8_0 and q6_K where [`seg_in_units`]) likewise, the waves
 //!   taking units of whole rows in turn across the grid, a ring of stages per wave (two, q8_0
-//!   three; [`seg_unit_slots`]); at most one block per SM where [`SEGU_HELD`] steps per wave
-//!   cover the units, as few as give every wave that many where one step per wave would do
-//!   ([`units_one_per_unit`]), else about two. Float
+//!   three; [`seg_unit_slots`]); where [`SEGU_HELD`] steps per wave cover the units on at most
+//!   one block per SM, as few blocks as give every wave that many ([`units_one_per_unit`]),
+//!   else about two per SM. Float
 //!   weights: block 128, grid (ceil(m / rows), batches), `GEMV_FLOAT_ROWS` rows per block for
 //!   one column (else one), each thread loading several 16-byte vectors of every row at once.
 //! - `tandem_mul_mat_id_<type>`: as the GEMV of its type, grid.y = n_used * n_tokens;
@@ -1180,21 +1180,17 @@ pub const SEGU_HELD: i64 = 2;
 /// most one block per SM/CU, if any; `None` where it takes more steps (two blocks per SM then
 /// keep more copies in flight). Each SM then holds at most one block of this kernel and room for
 /// those of the next, which read, quantize and dot their share while this one ends (a dependent
-/// launch). Where one step per wave would do it on at most one block per SM, every wave takes
-/// `SEGU_HELD` steps on as few blocks as that needs: each block reads and quantizes the whole
-/// column, and half the blocks read it half as often (H200, q4_0 x 4096 back to back: 2048 rows
-/// 1.59-1.60 µs on 64 blocks against 1.93-1.95 on 128 of one step a wave, 1024 rows 1.19-1.20
-/// on 32 against 1.26-1.33 on 64; docs/performance.md, thirty-fourth record). Otherwise as many
-/// as there are SMs.
+/// launch). Every wave takes `SEGU_HELD` steps, on as few blocks as that needs (the last wave
+/// may take fewer): each block reads and quantizes the whole column, so fewer blocks read it
+/// less often (H200, q4_0 x 4096 back to back: 2048 rows 1.59-1.60 µs on 64 blocks against
+/// 1.93-1.95 on 128 of one step a wave, 1024 rows 1.19-1.20 on 32 against 1.26-1.33 on 64,
+/// docs/performance.md, thirty-fourth record; 3072 rows 2.36-2.37 on 96 against 2.59-2.60 on
+/// 132, 4096 rows 2.80-2.83 on 128 against 2.89, thirty-fifth record).
 pub fn units_one_per_unit(work: i64, waves: i64, units: u32) -> Option<i64> {
     let sms = i64::from(units.max(1));
     let waves = waves.max(1);
     let work = work.max(1);
-    if work <= sms * waves {
-        Some((work + waves * SEGU_HELD - 1) / (waves * SEGU_HELD))
-    } else {
-        (work <= sms * waves * SEGU_HELD).then_some(sms)
-    }
+    (work <= sms * waves * SEGU_HELD).then(|| (work + waves * SEGU_HELD - 1) / (waves * SEGU_HELD))
 }
 
 /// Whether a units walk queued now runs its first steps while the kernel ahead still runs: it
