@@ -91,6 +91,8 @@ raw_handle! {
     RawStream;
     /// `CUevent` / `hipEvent_t`.
     RawEvent;
+    /// `CUgraphExec`: captured stream work, instantiated to be launched as one.
+    RawGraphExec;
 }
 
 /// What a device is, for `tandem info` and for choosing kernel variants.
@@ -254,6 +256,45 @@ pub trait GpuRuntime: Send + Sync {
     /// # Safety
     /// Both events are live and recorded.
     unsafe fn event_elapsed_ms(&self, start: RawEvent, end: RawEvent) -> GpuResult<f32>;
+
+    /// Whether [`Self::capture_begin`], [`Self::capture_end`] and [`Self::graph_launch`] work:
+    /// stream work captured once and replayed as one launch (a CUDA driver with stream capture
+    /// and `cuGraphInstantiateWithFlags`, CUDA 11.4 and later; not yet on HIP).
+    fn has_graphs(&self) -> bool {
+        false
+    }
+    /// From now on work queued on `s` is captured (by this thread, in relaxed mode) instead of
+    /// run, until [`Self::capture_end`].
+    ///
+    /// # Safety
+    /// `s` is live and not capturing.
+    unsafe fn capture_begin(&self, s: RawStream) -> GpuResult<()> {
+        let _ = s;
+        Err(GpuError::other("capture_begin", "this runtime has no device graphs"))
+    }
+    /// Ends the capture begun on `s` and instantiates what it holds. The capture ends even where
+    /// this fails (a call during the capture that the capture could not take).
+    ///
+    /// # Safety
+    /// `s` is live and capturing.
+    unsafe fn capture_end(&self, s: RawStream) -> GpuResult<RawGraphExec> {
+        let _ = s;
+        Err(GpuError::other("capture_end", "this runtime has no device graphs"))
+    }
+    /// Queues the captured work of `g` on `s`, after everything queued there before it.
+    ///
+    /// # Safety
+    /// Both handles are live; every address the captured work touches is still valid.
+    unsafe fn graph_launch(&self, g: RawGraphExec, s: RawStream) -> GpuResult<()> {
+        let _ = (g, s);
+        Err(GpuError::other("graph_launch", "this runtime has no device graphs"))
+    }
+    /// # Safety
+    /// `g` is live, destroyed once, and no launch of it is still queued.
+    unsafe fn graph_destroy(&self, g: RawGraphExec) -> GpuResult<()> {
+        let _ = g;
+        Ok(())
+    }
 }
 
 /// A run-time compiler (NVRTC or hiprtc).

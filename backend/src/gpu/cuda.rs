@@ -94,6 +94,39 @@ const _: () = assert!(std::mem::size_of::<LaunchConfigEx>() == 56);
 /// `cuLaunchKernelEx` (CUDA 12.0 drivers and later; looked up on its own, as older drivers lack it).
 type LaunchKernelEx = unsafe extern "C" fn(*const LaunchConfigEx, Ptr, *mut *mut c_void, *mut *mut c_void) -> i32;
 
+// CUstreamCaptureMode: other threads' unsafe calls do not break this thread's capture.
+const STREAM_CAPTURE_MODE_RELAXED: i32 = 2;
+
+/// The stream-capture and graph calls (CUDA 11.4 drivers and later), looked up together: all
+/// or none.
+#[derive(Clone, Copy)]
+struct GraphSys {
+    begin: unsafe extern "C" fn(Ptr, i32) -> i32,
+    end: unsafe extern "C" fn(Ptr, *mut Ptr) -> i32,
+    instantiate: unsafe extern "C" fn(*mut Ptr, Ptr, u64) -> i32,
+    launch: unsafe extern "C" fn(Ptr, Ptr) -> i32,
+    exec_destroy: unsafe extern "C" fn(Ptr) -> i32,
+    destroy: unsafe extern "C" fn(Ptr) -> i32,
+}
+
+impl GraphSys {
+    /// # Safety
+    /// The pointers are used only while the library stays open.
+    unsafe fn load(l: &loader::SymbolLoader<'_>) -> Option<GraphSys> {
+        // SAFETY: each type is cuda.h's declaration of the symbol (forwarded contract).
+        unsafe {
+            Some(GraphSys {
+                begin: l.optional("cuStreamBeginCapture_v2")?,
+                end: l.optional("cuStreamEndCapture")?,
+                instantiate: l.optional("cuGraphInstantiateWithFlags")?,
+                launch: l.optional("cuGraphLaunch")?,
+                exec_destroy: l.optional("cuGraphExecDestroy")?,
+                destroy: l.optional("cuGraphDestroy")?,
+            })
+        }
+    }
+}
+
 /// The sonames the driver is looked for under (`libcuda.so` only exists with a dev package).
 pub fn driver_candidates() -> Vec<String> {
     let mut dirs = Vec::new();
@@ -107,6 +140,8 @@ pub struct CudaRuntime {
     sys: CudaSys,
     /// `cuLaunchKernelEx`, where the driver has it (its library is kept open by `sys`).
     launch_ex: Option<LaunchKernelEx>,
+    /// Stream capture and graphs, where the driver has them.
+    graphs: Option<GraphSys>,
     /// `cuInit`'s result: a driver without devices still loads, and says why here.
     init: GpuResult<()>,
     /// Dynamic shared memory each function's limit has been raised to (function handle as
@@ -122,6 +157,8 @@ impl CudaRuntime {
         // SAFETY: the type is cuda.h's declaration of cuLaunchKernelEx; the pointer is used only
         // while `sys`, which takes the library, keeps it open.
         let launch_ex = unsafe { loader::SymbolLoader::new(&lib).optional::<LaunchKernelEx>("cuLaunchKernelEx") };
+        // SAFETY: as above.
+        let graphs = unsafe { GraphSys::load(&loader::SymbolLoader::new(&lib)) };
         let sys = match CudaSys::load(lib) {
             Ok(s) => s,
             Err(e) => {
@@ -132,6 +169,7 @@ impl CudaRuntime {
         let mut rt = CudaRuntime {
             sys,
             launch_ex,
+            graphs,
             init: Ok(()),
             shared_limits: Default::default(),
         };
@@ -488,5 +526,54 @@ impl GpuRuntime for CudaRuntime {
         // SAFETY: live, recorded events (contract).
         let code = unsafe { (self.sys.cuEventElapsedTime)(&mut ms, start.0, end.0) };
         self.check("cuEventElapsedTime", code).map(|_| ms)
+    }
+
+    fn has_graphs(&self) -> bool {
+        self.graphs.is_some()
+    }
+
+    unsafe fn capture_begin(&self, s: RawStream) -> GpuResult<()> {
+        let g = self
+            .graphs
+            .ok_or_else(|| GpuError::other("cuStreamBeginCapture", "the driver has no graphs"))?;
+        // SAFETY: a live stream that is not capturing (contract).
+        let code = unsafe { (g.begin)(s.0, STREAM_CAPTURE_MODE_RELAXED) };
+        self.check("cuStreamBeginCapture", code)
+    }
+
+    unsafe fn capture_end(&self, s: RawStream) -> GpuResult<RawGraphExec> {
+        let g = self
+            .graphs
+            .ok_or_else(|| GpuError::other("cuStreamEndCapture", "the driver has no graphs"))?;
+        let mut graph: Ptr = std::ptr::null_mut();
+        // SAFETY: a live, capturing stream (contract); writes the graph handle, null where the
+        // capture broke.
+        let code = unsafe { (g.end)(s.0, &mut graph) };
+        self.check("cuStreamEndCapture", code)?;
+        let mut exec: Ptr = std::ptr::null_mut();
+        // SAFETY: `graph` is the live graph the capture made; the exec handle is written.
+        let code = unsafe { (g.instantiate)(&mut exec, graph, 0) };
+        // SAFETY: the graph itself is no longer needed once instantiated (or not).
+        unsafe { (g.destroy)(graph) };
+        self.check("cuGraphInstantiateWithFlags", code)
+            .map(|_| RawGraphExec(exec))
+    }
+
+    unsafe fn graph_launch(&self, exec: RawGraphExec, s: RawStream) -> GpuResult<()> {
+        let g = self
+            .graphs
+            .ok_or_else(|| GpuError::other("cuGraphLaunch", "the driver has no graphs"))?;
+        // SAFETY: live handles; the caller keeps what the captured work touches valid.
+        let code = unsafe { (g.launch)(exec.0, s.0) };
+        self.check("cuGraphLaunch", code)
+    }
+
+    unsafe fn graph_destroy(&self, exec: RawGraphExec) -> GpuResult<()> {
+        let g = self
+            .graphs
+            .ok_or_else(|| GpuError::other("cuGraphExecDestroy", "the driver has no graphs"))?;
+        // SAFETY: a live exec, destroyed once, with no launch of it still queued (contract).
+        let code = unsafe { (g.exec_destroy)(exec.0) };
+        self.check("cuGraphExecDestroy", code)
     }
 }

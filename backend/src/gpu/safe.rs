@@ -550,6 +550,67 @@ impl Stream {
         // SAFETY: live stream.
         unsafe { self.ctx.rt.stream_synchronize(self.raw) }
     }
+
+    /// Whether [`Self::capture`] can work here.
+    pub fn has_graphs(&self) -> bool {
+        self.ctx.rt.has_graphs()
+    }
+
+    /// From now on what is queued here is captured, not run, until [`Self::end_capture`], which
+    /// the caller must call whatever happens meanwhile. The captured work starts as work after a
+    /// graph launch does: its first kernel overlaps nothing ahead of it.
+    pub fn begin_capture(&self) -> GpuResult<()> {
+        self.ctx.bind()?;
+        // SAFETY: a live stream; tandem captures on one thread at a time and never nests
+        // captures (the device's exec lock is held across begin and end).
+        unsafe { self.ctx.rt.capture_begin(self.raw) }?;
+        self.note_other_work();
+        Ok(())
+    }
+
+    /// Ends the capture [`Self::begin_capture`] began and instantiates what it holds; none of it
+    /// has run (it runs where [`GraphExec::launch`] queues it).
+    pub fn end_capture(&self) -> GpuResult<GraphExec> {
+        self.ctx.bind()?;
+        // SAFETY: this stream is capturing (the caller began it); the capture ends either way.
+        let ended = unsafe { self.ctx.rt.capture_end(self.raw) };
+        // What was captured never ran: the next dependent launch must not overlap it.
+        self.note_other_work();
+        Ok(GraphExec {
+            ctx: self.ctx.clone(),
+            raw: ended?,
+        })
+    }
+}
+
+/// Captured stream work, instantiated ([`Stream::capture`]); launched as one.
+pub struct GraphExec {
+    ctx: Arc<Context>,
+    raw: RawGraphExec,
+}
+
+impl GraphExec {
+    /// Queues the captured work on `s`, after everything queued there before it.
+    ///
+    /// # Safety
+    /// Every address the captured work touches is still valid device memory, holding what its
+    /// kernels expect, until this launch completes.
+    pub unsafe fn launch(&self, s: &Stream) -> GpuResult<()> {
+        self.ctx.bind()?;
+        s.note_other_work();
+        // SAFETY: both handles live; forwarded contract.
+        unsafe { self.ctx.rt.graph_launch(self.raw, s.raw) }
+    }
+}
+
+impl Drop for GraphExec {
+    fn drop(&mut self) {
+        if self.ctx.bind().is_ok() {
+            // SAFETY: instantiated in `Stream::capture`, destroyed once; its owner synchronizes
+            // the stream before dropping it.
+            let _ = unsafe { self.ctx.rt.graph_destroy(self.raw) };
+        }
+    }
 }
 
 impl Drop for Stream {
