@@ -44,6 +44,10 @@ pub struct Config {
     /// the kernels ahead; off, every one waits first, as when the kernel ahead writes them (how
     /// the benchmark's back-to-back figures look for a model's dense projections).
     pub early_activations: bool,
+    /// A GPU device captures a graph it is asked to run again unchanged (the same tensors at the
+    /// same addresses) into a device graph (a CUDA graph) and from then on replays it with one
+    /// launch; off, every run queues its kernels one by one.
+    pub graphs: bool,
 }
 
 impl Config {
@@ -81,6 +85,7 @@ impl Config {
             }),
             dependent_launch: on_unless_off("TANDEM_DEPENDENT_LAUNCH"),
             early_activations: on_unless_off("TANDEM_EARLY_ACTIVATIONS"),
+            graphs: on_unless_off("TANDEM_GRAPHS"),
         }
     }
 
@@ -127,6 +132,8 @@ mod tests {
             assert_eq!(c.dependent_launch, on, "{v}");
             let c = Config::from_lookup(|k| (k == "TANDEM_EARLY_ACTIVATIONS").then(|| v.into()));
             assert_eq!((c.early_activations, c.dependent_launch), (on, true), "{v}");
+            let c = Config::from_lookup(|k| (k == "TANDEM_GRAPHS").then(|| v.into()));
+            assert_eq!((c.graphs, c.early_activations), (on, true), "{v}");
         }
         assert!(c.early_activations);
         assert_eq!(c.wmma_emulate, None);

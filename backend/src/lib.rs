@@ -15,4 +15,4 @@ pub use config::{Config, F16Prefill};
 pub use device::{devices, Device, DeviceKind, HostDevice};
 pub use executor::ExecError;
 pub use plan::{Placement, Plan};
-pub use stats::GraphStats;
+pub use stats::{DeviceGraph, GraphStats};

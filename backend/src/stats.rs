@@ -19,6 +19,16 @@ pub struct GraphStats {
     /// Nanoseconds spent inside the CPU nodes' kernels (their check, work and pool fork/join),
     /// summed; measured only while [`node_timing`] is on, else 0.
     pub kernel_ns: u64,
+    /// GPU: the graph ran as a device graph: captured this time (and then launched), or replayed
+    /// from an earlier capture with one launch.
+    pub device_graph: Option<DeviceGraph>,
+}
+
+/// How a GPU graph's kernels were queued when not one by one ([`GraphStats::device_graph`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceGraph {
+    Captured,
+    Replayed,
 }
 
 impl std::fmt::Display for GraphStats {
@@ -41,6 +51,11 @@ impl std::fmt::Display for GraphStats {
         }
         if self.kernel_ns > 0 {
             write!(f, " kernel_us={}", self.kernel_ns / 1000)?;
+        }
+        match self.device_graph {
+            Some(DeviceGraph::Captured) => write!(f, " graph=captured")?,
+            Some(DeviceGraph::Replayed) => write!(f, " graph=replayed")?,
+            None => {}
         }
         Ok(())
     }

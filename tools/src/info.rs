@@ -86,6 +86,7 @@ pub fn info() {
     println!("  TANDEM_F16_PREFILL      {f16_prefill}");
     println!("  TANDEM_DEPENDENT_LAUNCH {}", on_off(cfg.dependent_launch));
     println!("  TANDEM_EARLY_ACTIVATIONS {}", on_off(cfg.early_activations));
+    println!("  TANDEM_GRAPHS           {}", on_off(cfg.graphs));
     println!(
         "  TANDEM_WMMA_EMULATE     {}",
         cfg.wmma_emulate

@@ -6,15 +6,15 @@ use super::exec::{self, GpuPlan, GpuStep};
 use super::kernels::Kernels;
 use super::memory::{DeviceAlloc, MemKind, MemoryMap, PinnedAlloc};
 use super::registry::{LaunchCtx, Node, Registry, Scratch};
-use super::safe::{Context, KernelArgs, Stream};
+use super::safe::{Context, GraphExec, KernelArgs, Stream};
 use super::{GpuBackend, KernelCache};
 use crate::config::Config;
 use crate::executor::ExecError;
-use crate::stats::GraphStats;
+use crate::stats::{DeviceGraph, GraphStats};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
-use tandem_graph::{Graph, Tensor};
+use tandem_graph::{Graph, Tensor, TensorId};
 use tandem_ops::{CpuContext, Srcs};
 
 /// Plans kept per device before the cache is cleared.
@@ -44,6 +44,33 @@ struct ExecState {
     /// By node index of the graph running: the stream's launch count once the node's work was
     /// queued (`Stream::launches`), for `GpuPlan::ids_writer` and `GpuPlan::act_writer`.
     queued_at: Vec<u64>,
+    /// By plan key: the graph last run with that plan, and its device graph once it came again
+    /// unchanged (`GpuDevice::run_as_device_graph`).
+    graphs: HashMap<u64, LastGraph>,
+}
+
+/// The graph last run with one plan ([`ExecState::graphs`]): its tensors and nodes as they were
+/// handed over, and, once the same came again, its capture.
+struct LastGraph {
+    tensors: Vec<Tensor>,
+    nodes: Vec<TensorId>,
+    captured: Option<Captured>,
+    /// Capturing it failed: it runs launch by launch until it changes.
+    failed: bool,
+}
+
+/// A graph's kernels captured into a device graph, with what its replays report.
+struct Captured {
+    exec: GraphExec,
+    /// The scratch generation its launches were given memory from (`Scratch::generation`).
+    scratch_generation: u64,
+    gpu_dispatches: usize,
+}
+
+impl LastGraph {
+    fn same(&self, g: &Graph) -> bool {
+        self.nodes == g.nodes && self.tensors == g.tensors
+    }
 }
 
 /// Device-to-device copies queued ahead of a timed stretch ([`GpuDevice::compute_timed`]): `times`
@@ -101,6 +128,7 @@ impl GpuDevice {
                 staging: None,
                 plans: HashMap::new(),
                 queued_at: Vec::new(),
+                graphs: HashMap::new(),
             }),
             ctx,
         })
@@ -236,6 +264,11 @@ impl GpuDevice {
         self.has_kernel(node, srcs) || tandem_ops::cpu::check(node, srcs).is_ok()
     }
 
+    /// Whether this device can run a repeated graph as a device graph (its runtime has them).
+    pub fn has_device_graphs(&self) -> bool {
+        self.state().stream.has_graphs()
+    }
+
     /// The plan `compute` would use for `g` as it is placed now.
     pub fn plan(&self, g: &Graph) -> Result<GpuPlan, ExecError> {
         let kinds = exec::tensor_kinds(g, &self.mem);
@@ -313,7 +346,12 @@ impl GpuDevice {
         // From the first step, as `events_around` counts it: the runway's copies are not part of
         // what the host takes to queue the graph.
         let t2 = Instant::now();
-        let result = self.run(&mut st, g, &kinds, &plan, &mut stats);
+        let whole_kernels = plan.steps.iter().all(|s| matches!(s, GpuStep::Kernel { .. }));
+        let result = if cfg.graphs && whole_kernels && st.stream.has_graphs() {
+            self.run_as_device_graph(&mut st, g, &kinds, &plan, key, &mut stats)
+        } else {
+            self.run(&mut st, g, &kinds, &plan, &mut stats)
+        };
         stats.queue_us = t2.elapsed().as_micros() as u64;
         let recorded = events.as_ref().map(|(_, end)| end.record(&st.stream));
         let synced = st.stream.synchronize();
@@ -336,6 +374,102 @@ impl GpuDevice {
             }
         }
         Ok((stats, ms))
+    }
+
+    /// [`Self::run`] for a plan of kernels only, through a device graph where the same graph
+    /// (every tensor and node as before, the scratch memory unchanged) comes again: the second
+    /// time in a row it is captured and launched as one, from then on replayed with one launch.
+    /// A graph that cannot be captured runs launch by launch (said once on stderr) until it
+    /// changes.
+    ///
+    /// # Safety
+    /// As [`Self::compute`].
+    unsafe fn run_as_device_graph(
+        &self,
+        st: &mut ExecState,
+        g: &Graph,
+        kinds: &[MemKind],
+        plan: &GpuPlan,
+        key: u64,
+        stats: &mut GraphStats,
+    ) -> Result<(), ExecError> {
+        let other = |reason: String| ExecError::Other {
+            index: 0,
+            node: "(whole graph)".into(),
+            reason,
+        };
+        let generation = st.scratch.generation();
+        let last = st.graphs.get(&key).filter(|last| last.same(g));
+        if let Some(c) = last
+            .and_then(|l| l.captured.as_ref())
+            .filter(|c| c.scratch_generation == generation)
+        {
+            // SAFETY: the captured launches are this graph's, with its addresses, which the
+            // caller keeps valid (`compute`'s contract); their scratch memory is still current.
+            unsafe { c.exec.launch(&st.stream) }.map_err(|e| other(format!("replaying the device graph: {e}")))?;
+            stats.gpu_dispatches = c.gpu_dispatches;
+            stats.device_graph = Some(DeviceGraph::Replayed);
+            return Ok(());
+        }
+        if last.is_some_and(|l| !l.failed) {
+            // The second time in a row: capture it. Nothing captured runs, so a failed capture
+            // leaves only the run launch by launch below.
+            let captured = match st.stream.begin_capture() {
+                Ok(()) => {
+                    let queued = self.run(st, g, kinds, plan, stats);
+                    let ended = st.stream.end_capture();
+                    match (queued, ended) {
+                        (Ok(()), Ok(exec)) => Ok(exec),
+                        (Err(e), _) => Err(e.to_string()),
+                        (Ok(()), Err(e)) => Err(e.to_string()),
+                    }
+                }
+                Err(e) => Err(e.to_string()),
+            };
+            let entry = st.graphs.get_mut(&key).expect("looked up above");
+            match captured {
+                Ok(exec) => {
+                    // SAFETY: as the replay above; the scratch buffers it was given stay until
+                    // this run's end (`Scratch::release_retired` after the final wait).
+                    unsafe { exec.launch(&st.stream) }
+                        .map_err(|e| other(format!("launching the captured device graph: {e}")))?;
+                    stats.device_graph = Some(DeviceGraph::Captured);
+                    // Kept only if every launch took the scratch buffer that stays current; if
+                    // it grew meanwhile, the next run captures again.
+                    if st.scratch.generation() == generation {
+                        entry.captured = Some(Captured {
+                            exec,
+                            scratch_generation: generation,
+                            gpu_dispatches: stats.gpu_dispatches,
+                        });
+                    }
+                    return Ok(());
+                }
+                Err(reason) => {
+                    entry.failed = true;
+                    eprintln!(
+                        "tandem: {}: this graph of {} nodes runs launch by launch: it could not be captured as a device graph ({reason})",
+                        self.name,
+                        g.nodes.len()
+                    );
+                    stats.gpu_dispatches = 0;
+                }
+            }
+        } else if last.is_none() {
+            if st.graphs.len() >= PLAN_CACHE_CAP {
+                st.graphs.clear();
+            }
+            st.graphs.insert(
+                key,
+                LastGraph {
+                    tensors: g.tensors.clone(),
+                    nodes: g.nodes.clone(),
+                    captured: None,
+                    failed: false,
+                },
+            );
+        }
+        self.run(st, g, kinds, plan, stats)
     }
 
     /// # Safety

@@ -189,6 +189,8 @@ pub struct Scratch {
 struct ScratchInner {
     current: Option<DeviceBuffer>,
     retired: Vec<DeviceBuffer>,
+    /// How many buffers have been current so far ([`Scratch::generation`]).
+    generation: u64,
 }
 
 impl Scratch {
@@ -213,7 +215,14 @@ impl Scratch {
         if let Some(old) = g.current.replace(buf) {
             g.retired.push(old);
         }
+        g.generation += 1;
         Ok(ptr)
+    }
+
+    /// Changes whenever [`Self::get`] hands out a new buffer: work captured while one generation
+    /// was current may be replayed only while it still is (the buffers before it are freed).
+    pub fn generation(&self) -> u64 {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).generation
     }
 
     /// Frees buffers replaced by growth; call when the stream is idle.
