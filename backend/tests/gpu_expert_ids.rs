@@ -8,6 +8,9 @@
 //!
 //! Run: `cargo test -p tandem-backend --test gpu_expert_ids -- --nocapture`
 
+mod common;
+
+use common::{bytes, floats, nmse, set_bytes, Rng};
 use tandem_backend::buffer::allocate_graph;
 use tandem_backend::{devices, Device, HostDevice};
 use tandem_graph::{ElemType, Graph, GraphBuilder, TensorId};
@@ -61,42 +64,6 @@ const CASES: &[Case] = &[
     },
 ];
 
-/// A small deterministic generator (xorshift32).
-struct Rng(u32);
-impl Rng {
-    fn next(&mut self) -> u32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 17;
-        self.0 ^= self.0 << 5;
-        self.0
-    }
-    /// Uniform in [-1, 1).
-    fn unit(&mut self) -> f32 {
-        (self.next() >> 8) as f32 / (1u32 << 23) as f32 - 1.0
-    }
-}
-
-/// The bytes of tensor `id`.
-fn bytes(g: &Graph, id: TensorId) -> Vec<u8> {
-    let t = g.tensor(id);
-    // SAFETY: `allocate_graph` gave the tensor `nbytes()` bytes in a buffer the test keeps alive
-    // for as long as it uses the graph.
-    unsafe { std::slice::from_raw_parts(t.data as *const u8, t.nbytes()).to_vec() }
-}
-
-/// Lets `f` change the bytes of tensor `id`.
-fn set_bytes(g: &Graph, id: TensorId, f: impl FnOnce(&mut [u8])) {
-    let t = g.tensor(id);
-    // SAFETY: as in `bytes`; the test is the buffer's only user.
-    f(unsafe { std::slice::from_raw_parts_mut(t.data as *mut u8, t.nbytes()) })
-}
-
-fn floats(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
-
 /// Weights of `ty` whose every scale is a finite, normal f16 and whose quants are random bytes;
 /// f32 weights uniform in [-1, 1).
 fn fill_weights(ty: ElemType, b: &mut [u8], rng: &mut Rng) {
@@ -127,15 +94,6 @@ fn set_ids(g: &Graph, ids: TensorId, v: &[i32]) {
             c.copy_from_slice(&x.to_le_bytes());
         }
     });
-}
-
-fn nmse(got: &[f32], want: &[f32]) -> f64 {
-    let (mut num, mut den) = (0.0f64, 0.0f64);
-    for (a, b) in got.iter().zip(want) {
-        num += (f64::from(*a) - f64::from(*b)).powi(2);
-        den += f64::from(*b).powi(2);
-    }
-    num / den.max(f64::MIN_POSITIVE)
 }
 
 /// Runs `case` on `gpu` with the id of slot (used 1, last token) set to `bad`.

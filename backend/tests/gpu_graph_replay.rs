@@ -8,54 +8,28 @@
 //!
 //! Run: `cargo test -p tandem-backend --test gpu_graph_replay -- --nocapture`
 
+mod common;
+
+use common::{bytes, floats, nmse, set_bytes, Rng};
 use tandem_backend::buffer::allocate_graph;
 use tandem_backend::config::Config;
+use tandem_backend::gpu::{DeviceAlloc, GpuDevice};
 use tandem_backend::{devices, Device, DeviceGraph, HostDevice};
 use tandem_graph::{ElemType, Graph, GraphBuilder, TensorId};
 
-/// A small deterministic generator (xorshift32).
-struct Rng(u32);
-impl Rng {
-    fn next(&mut self) -> u32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 17;
-        self.0 ^= self.0 << 5;
-        self.0
+/// A device allocation holding `image` (the graph's host buffer, at host address `base`), and
+/// the graph with every address moved into it.
+fn upload(g: &GpuDevice, graph: &Graph, image: &[u8], base: usize) -> Result<(DeviceAlloc, Graph), String> {
+    let dev = g.alloc(image.len()).map_err(|e| e.to_string())?;
+    // SAFETY: the allocation holds the image's length.
+    unsafe { g.write(dev.ptr(), image) }.map_err(|e| e.to_string())?;
+    let mut moved = graph.clone();
+    for t in moved.tensors.iter_mut() {
+        if t.data != 0 {
+            t.data = t.data - base + dev.ptr().0 as usize;
+        }
     }
-    /// Uniform in [-1, 1).
-    fn unit(&mut self) -> f32 {
-        (self.next() >> 8) as f32 / (1u32 << 23) as f32 - 1.0
-    }
-}
-
-/// The bytes of tensor `id`.
-fn bytes(g: &Graph, id: TensorId) -> Vec<u8> {
-    let t = g.tensor(id);
-    // SAFETY: `allocate_graph` gave the tensor `nbytes()` bytes in a buffer the test keeps alive
-    // for as long as it uses the graph.
-    unsafe { std::slice::from_raw_parts(t.data as *const u8, t.nbytes()).to_vec() }
-}
-
-/// Lets `f` change the bytes of tensor `id`.
-fn set_bytes(g: &Graph, id: TensorId, f: impl FnOnce(&mut [u8])) {
-    let t = g.tensor(id);
-    // SAFETY: as in `bytes`; the test is the buffer's only user.
-    f(unsafe { std::slice::from_raw_parts_mut(t.data as *mut u8, t.nbytes()) })
-}
-
-fn floats(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
-
-fn nmse(got: &[f32], want: &[f32]) -> f64 {
-    let (mut num, mut den) = (0.0f64, 0.0f64);
-    for (a, b) in got.iter().zip(want) {
-        num += (f64::from(*a) - f64::from(*b)).powi(2);
-        den += f64::from(*b).powi(2);
-    }
-    num / den.max(f64::MIN_POSITIVE)
+    Ok((dev, moved))
 }
 
 fn run_on(gpu: &Device) -> Result<(), String> {
@@ -93,15 +67,7 @@ fn run_on(gpu: &Device) -> Result<(), String> {
     fill(bias, &mut rng);
     // The image at its device address, and the graph moved there.
     let (base, len) = (buf.addr(), buf.len());
-    let dev = g.alloc(len).map_err(|e| e.to_string())?;
-    let mut moved = graph.clone();
-    for t in moved.tensors.iter_mut() {
-        if t.data != 0 {
-            t.data = t.data - base + dev.ptr().0 as usize;
-        }
-    }
-    // SAFETY: the allocation holds `len` bytes, the image's length.
-    unsafe { g.write(dev.ptr(), &buf.as_mut_slice()[..len]) }.map_err(|e| e.to_string())?;
+    let (dev, moved) = upload(g, &graph, &buf.as_mut_slice()[..len], base)?;
     let offset = |id: TensorId| graph.tensor(id).data - base;
     let host = Device::Host(HostDevice::new(2));
     let graphs = Config::get().graphs;
@@ -149,15 +115,7 @@ fn run_on(gpu: &Device) -> Result<(), String> {
         return Err(format!("device graphs {seen:?}, expected {expected:?}"));
     }
     // The same graph at other addresses: runs launch by launch, right.
-    let dev2 = g.alloc(len).map_err(|e| e.to_string())?;
-    let mut moved2 = graph.clone();
-    for t in moved2.tensors.iter_mut() {
-        if t.data != 0 {
-            t.data = t.data - base + dev2.ptr().0 as usize;
-        }
-    }
-    // SAFETY: as above, for the second allocation.
-    unsafe { g.write(dev2.ptr(), &buf.as_mut_slice()[..len]) }.map_err(|e| e.to_string())?;
+    let (dev2, moved2) = upload(g, &graph, &buf.as_mut_slice()[..len], base)?;
     // SAFETY: as above.
     let stats = unsafe { g.compute(&moved2) }.map_err(|e| format!("moved: {e}"))?;
     if stats.device_graph.is_some() {
