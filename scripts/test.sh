@@ -61,7 +61,8 @@ cargo test --workspace
 step "GPU-only tests (each prints SKIP and the reason without a GPU)"
 cargo test -q --workspace -- --nocapture --exact gpu_smoke \
     gpu::ops::binary::gpu_tests::elementwise_and_rope_kernels_match_the_reference_on_gpu \
-    bad_expert_ids_give_nan_slots_on_the_gpu tiny_models_on_tandem_gpu_match_cpu 2>&1 | grep -E "^SKIP|^test result: .* [1-9][0-9]* passed"
+    bad_expert_ids_give_nan_slots_on_the_gpu repeated_graphs_replay_and_match_the_host \
+    tiny_models_on_tandem_gpu_match_cpu 2>&1 | grep -E "^SKIP|^test result: .* [1-9][0-9]* passed"
 
 step "tandem test-ops (release)"
 cargo run --release -p tandem-tools --bin tandem -- test-ops
