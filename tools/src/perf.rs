@@ -37,7 +37,13 @@ const COPY_BYTES: usize = 1 << 30;
 /// Weights are rotated through copies until the copies together span at least this much (ten
 /// times a 50 MB GPU L2).
 const ROTATION_BYTES: usize = 512 << 20;
-const MAX_COPIES: usize = 64;
+/// Copies at most: enough that the narrowest weights timed (q4_0 1024 × 4096, 2.4 MB) still span
+/// more than [`MIN_WORKING_SET`] (64 copies spanned 152 MB).
+const MAX_COPIES: usize = 128;
+/// The working set the narrowest GEMV case's copies span at least (docs/performance.md: "weights
+/// rotated through a working set of at least 250 MB").
+#[cfg(test)]
+const MIN_WORKING_SET: usize = 250_000_000;
 /// Rows of a weight drawn at random; the rest repeat them (quantizing 58M values per copy
 /// would dominate the run; the bytes streamed are the same).
 const DISTINCT_ROWS: usize = 256;
@@ -865,12 +871,26 @@ mod tests {
     }
 
     #[test]
+    fn the_narrowest_gemv_rotates_through_the_working_set_asked_for() {
+        // MUL_MAT(type=q4_0,m=1024,k=4096,n=1): 1024 rows of 128 blocks of 18 bytes, and the
+        // column and the output.
+        let image = 1024 * 128 * 18 + 4096 * 4 + 1024 * 4;
+        assert!(
+            copies_for(image) * image >= MIN_WORKING_SET,
+            "{} copies",
+            copies_for(image)
+        );
+    }
+
+    #[test]
     fn gpu_copies_follow_the_bytes_read_as_far_as_room_allows() {
         let mb = 1 << 20;
         // A GEMV reads its whole copy: as many copies as for the image.
         assert_eq!(gpu_copies(117 * mb, 117 * mb, usize::MAX), copies_for(117 * mb));
-        // MUL_MAT_ID reading 7 of 113 MB: copies for the 7 MB, up to MAX_COPIES.
-        assert_eq!(gpu_copies(113 * mb, 7 * mb, usize::MAX), MAX_COPIES);
+        // MUL_MAT_ID reading 7 of 113 MB: copies for the 7 MB (74), up to MAX_COPIES.
+        assert_eq!(gpu_copies(113 * mb, 7 * mb, usize::MAX), copies_for(7 * mb));
+        assert_eq!(copies_for(7 * mb), 74);
+        assert_eq!(gpu_copies(113 * mb, mb, usize::MAX), MAX_COPIES);
         assert_eq!(gpu_copies(113 * mb, 7 * mb, 2048 * mb), 18);
         // Never fewer than the image needs, even where the room is short (the caller then
         // reports that they do not fit).
