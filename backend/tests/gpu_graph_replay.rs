@@ -1,7 +1,7 @@
 //! Device graphs, on every usable GPU: one graph (RMS_NORM, a q4_0 MUL_MAT of one column in the
-//! decode kernels, ADD) kept at the same device addresses and run four times with new input
-//! values before each run. The second run captures it into a device graph and the later ones
-//! replay that (where the runtime has device graphs and `TANDEM_GRAPHS` leaves them on; the
+//! decode kernels, ADD) kept at the same device addresses and run five times with new input
+//! values before each run. The first two runs go launch by launch, the third captures it into a
+//! device graph and the later ones replay that (where the runtime has device graphs and `TANDEM_GRAPHS` leaves them on; the
 //! test checks which happened from each run's stats), and every run must match the host
 //! device's result for that run's inputs. A run after the inputs moved must not replay. Without
 //! a GPU it prints why it skipped.
@@ -72,7 +72,7 @@ fn run_on(gpu: &Device) -> Result<(), String> {
     let host = Device::Host(HostDevice::new(2));
     let graphs = Config::get().graphs;
     let mut seen = Vec::new();
-    for run in 0..4 {
+    for run in 0..5 {
         fill(x, &mut rng);
         // SAFETY: every tensor of the graph lies in `buf`, which outlives the call.
         unsafe { host.compute(&graph) }.map_err(|e| format!("host: {e}"))?;
@@ -104,12 +104,13 @@ fn run_on(gpu: &Device) -> Result<(), String> {
     let expected = if captures {
         vec![
             None,
+            None,
             Some(DeviceGraph::Captured),
             Some(DeviceGraph::Replayed),
             Some(DeviceGraph::Replayed),
         ]
     } else {
-        vec![None; 4]
+        vec![None; 5]
     };
     if seen != expected {
         return Err(format!("device graphs {seen:?}, expected {expected:?}"));

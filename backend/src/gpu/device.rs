@@ -49,11 +49,22 @@ struct ExecState {
     graphs: HashMap<u64, LastGraph>,
 }
 
+/// Runs in a row, launch by launch, of one unchanged graph before the next is captured
+/// ([`GpuDevice::run_as_device_graph`]). A capture costs more than the launches it records (the
+/// driver instantiates the graph), so a graph is captured only once it has come back twice: a
+/// caller that runs each graph twice and then moves on (as `tandem perf-ops` does with its
+/// copies) paid a capture every other run and never replayed one (H200, a graph of 384 small
+/// kernels: 2.69 ms a run against 1.70 launch by launch, docs/performance.md, thirty-eighth
+/// record), while a decode step that repeats hundreds of times loses one run launch by launch.
+const RUNS_BEFORE_CAPTURE: u32 = 2;
+
 /// The graph last run with one plan ([`ExecState::graphs`]): its tensors and nodes as they were
-/// handed over, and, once the same came again, its capture.
+/// handed over, how often it ran so in a row, and, once it came back often enough, its capture.
 struct LastGraph {
     tensors: Vec<Tensor>,
     nodes: Vec<TensorId>,
+    /// Runs in a row, launch by launch, of this graph unchanged.
+    runs: u32,
     captured: Option<Captured>,
     /// Capturing it failed: it runs launch by launch until it changes.
     failed: bool,
@@ -377,8 +388,9 @@ impl GpuDevice {
     }
 
     /// [`Self::run`] for a plan of kernels only, through a device graph where the same graph
-    /// (every tensor and node as before, the scratch memory unchanged) comes again: the second
-    /// time in a row it is captured and launched as one, from then on replayed with one launch.
+    /// (every tensor and node as before, the scratch memory unchanged) comes again: after
+    /// [`RUNS_BEFORE_CAPTURE`] runs in a row launch by launch, the next is captured and launched
+    /// as one, and from then on the graph is replayed with one launch.
     /// A graph that cannot be captured runs launch by launch (said once on stderr) until it
     /// changes.
     ///
@@ -411,9 +423,10 @@ impl GpuDevice {
             stats.device_graph = Some(DeviceGraph::Replayed);
             return Ok(());
         }
-        if last.is_some_and(|l| !l.failed) {
-            // The second time in a row: capture it. Nothing captured runs, so a failed capture
-            // leaves only the run launch by launch below.
+        // Came back often enough (or captured before, with scratch memory since replaced).
+        if last.is_some_and(|l| !l.failed && (l.runs >= RUNS_BEFORE_CAPTURE || l.captured.is_some())) {
+            // Capture it. Nothing captured runs, so a failed capture leaves only the run launch
+            // by launch below.
             let captured = match st.stream.begin_capture() {
                 Ok(()) => {
                     let queued = self.run(st, g, kinds, plan, stats);
@@ -455,7 +468,18 @@ impl GpuDevice {
                     stats.gpu_dispatches = 0;
                 }
             }
-        } else if last.is_none() {
+        } else if last.is_some() {
+            let entry = st.graphs.get_mut(&key).expect("looked up above");
+            entry.runs = entry.runs.saturating_add(1);
+        } else if let Some(entry) = st.graphs.get_mut(&key) {
+            // Another graph with this plan: it takes the place (and the allocations) of the
+            // last; the run that queued that one's capture has finished (`compute` waits).
+            entry.tensors.clone_from(&g.tensors);
+            entry.nodes.clone_from(&g.nodes);
+            entry.runs = 1;
+            entry.captured = None;
+            entry.failed = false;
+        } else {
             if st.graphs.len() >= PLAN_CACHE_CAP {
                 st.graphs.clear();
             }
@@ -464,6 +488,7 @@ impl GpuDevice {
                 LastGraph {
                     tensors: g.tensors.clone(),
                     nodes: g.nodes.clone(),
+                    runs: 1,
                     captured: None,
                     failed: false,
                 },
