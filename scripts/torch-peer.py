@@ -22,6 +22,8 @@ import sys
 import torch
 
 ROTATION_BYTES = 512 << 20
+# Copies of a weight at most (MAX_COPIES of tools/src/perf.rs).
+MAX_COPIES = 128
 # Calls of a back-to-back stretch at least (CHAIN_MIN_NODES of tools/src/perf.rs).
 CHAIN_MIN_CALLS = 48
 RUNWAY_BYTES = 256 << 20
@@ -72,7 +74,7 @@ def copy_rate(reps):
 def matmul_case(m, k, n, reps, runway):
     """f16 weight [m, k] times f16 activations [k] (torch.mv) or [k, n] (torch.matmul)."""
     w_bytes = m * k * 2
-    copies = max(1, min(64, -(-ROTATION_BYTES // w_bytes)))
+    copies = max(1, min(MAX_COPIES, -(-ROTATION_BYTES // w_bytes)))
     ws = [torch.empty(m, k, dtype=torch.float16, device="cuda").uniform_(-1, 1) for _ in range(copies)]
     if n == 1:
         x = torch.empty(k, dtype=torch.float16, device="cuda").uniform_(-1, 1)
@@ -85,7 +87,7 @@ def matmul_case(m, k, n, reps, runway):
         fn = lambda i: torch.matmul(ws[i % copies], x, out=out)
         name = f"torch.matmul(f16,m={m},k={k},n={n})"
     med, lo = timed(fn, reps, max(5, copies), runway)
-    # The copies together span ROTATION_BYTES (or 64 of them), so repeating them keeps each
+    # The copies together span ROTATION_BYTES (or MAX_COPIES of them), so repeating them keeps each
     # copy's reads apart by more than the cache holds.
     calls = -(-CHAIN_MIN_CALLS // copies) * copies
     chain, _ = timed(fn, reps, 0, runway, calls=calls)
