@@ -1,4 +1,4 @@
-//! MUL_MAT over every weight type (odd m, n = 1..8, 9, 16, 65 and 300, k at several block
+//! MUL_MAT over every weight type (odd m, n = 1..8, 9, 16, 65, 300 and 512, k at several block
 //! multiples and one past 4096, broadcast batches, permuted src1, chains of products that each
 //! read the one before's result) and MUL_MAT_ID (with ids given, and ids an in-graph ARGSORT picks,
 //! right ahead of it or with another kernel between).
@@ -200,6 +200,8 @@ pub fn cases(v: &mut Vec<Case>) {
         // reused), broadcast batches and permuted activations at prefill width.
         v.push(mul_mat(ty, 129, 256, 300, [1, 1], [1, 1]));
         v.push(mul_mat(ty, 129, 1024, 40, [1, 1], [1, 1]));
+        // A prompt of 512 tokens: whole 128- and 256-column tiles, odd rows.
+        v.push(mul_mat(ty, 129, 1024, 512, [1, 1], [1, 1]));
         // Activations past f16's range: the block types' Hopper GEMM stores its q8-rounded copy
         // as f16 times a power of two per column (the last batch's second tile partial). Not
         // for the types whose CPU dot takes q8_1 activations (q4_1, q5_1): their f16 block sums
@@ -316,6 +318,8 @@ pub fn cases(v: &mut Vec<Case>) {
             // More than 64 tokens on one expert (the grouped GPU path's second column tile).
             (4, 2, 130, 1),
             (8, 4, 72, 4),
+            // A prompt of 512 tokens, about 128 on each expert.
+            (8, 2, 512, 1),
         ] {
             v.push(mul_mat_id(ty, 33, kid, n_expert, n_used, n_tokens, n_b));
         }
