@@ -1,9 +1,9 @@
 //! Device graphs, on every usable GPU: one graph (RMS_NORM, a q4_0 MUL_MAT of one column in the
 //! decode kernels, ADD) kept at the same device addresses and run five times with new input
 //! values before each run. The first two runs go launch by launch, the third captures it into a
-//! device graph and the later ones replay that (where the runtime has device graphs and `TANDEM_GRAPHS` leaves them on; the
-//! test checks which happened from each run's stats), and every run must match the host
-//! device's result for that run's inputs. A run after the inputs moved must not replay. Without
+//! device graph and the later ones replay that (where the runtime has device graphs and
+//! `TANDEM_GRAPHS` leaves them on; the test checks which happened from each run's stats), and
+//! every run must match the host device's result for that run's inputs. A run after the inputs moved must not replay. Without
 //! a GPU it prints why it skipped.
 //!
 //! Run: `cargo test -p tandem-backend --test gpu_graph_replay -- --nocapture`

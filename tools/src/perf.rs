@@ -40,8 +40,8 @@ const ROTATION_BYTES: usize = 512 << 20;
 /// Copies at most: enough that the narrowest weights timed (q4_0 1024 × 4096, 2.4 MB) still span
 /// more than [`MIN_WORKING_SET`] (64 copies spanned 152 MB).
 const MAX_COPIES: usize = 128;
-/// The working set the narrowest GEMV case's copies span at least (docs/performance.md: "weights
-/// rotated through a working set of at least 250 MB").
+/// The working set the narrowest GEMV case's copies span at least: the GPU matmul benchmarks'
+/// method rotates weights through 250 MB or more, so that a 50 MB L2 does not flatter them.
 #[cfg(test)]
 const MIN_WORKING_SET: usize = 250_000_000;
 /// Rows of a weight drawn at random; the rest repeat them (quantizing 58M values per copy
