@@ -10,9 +10,9 @@
 
 mod common;
 
-use common::{bytes, floats, nmse, set_bytes, Rng};
+use common::{bytes, floats, gpus_or_skip, nmse, set_bytes, Rng};
 use tandem_backend::buffer::allocate_graph;
-use tandem_backend::{devices, Device, HostDevice};
+use tandem_backend::{Device, HostDevice};
 use tandem_graph::{ElemType, Graph, GraphBuilder, TensorId};
 
 struct Case {
@@ -186,14 +186,9 @@ fn run_case(gpu: &Device, case: &Case, bad: i32) -> Result<(), String> {
 
 #[test]
 fn bad_expert_ids_give_nan_slots_on_the_gpu() {
-    let gpus: Vec<_> = devices()
-        .into_iter()
-        .filter(|d| matches!(**d, Device::Gpu(_)))
-        .collect();
-    if gpus.is_empty() {
-        eprintln!("SKIP bad_expert_ids_give_nan_slots_on_the_gpu: no usable GPU device");
+    let Some(gpus) = gpus_or_skip("bad_expert_ids_give_nan_slots_on_the_gpu") else {
         return;
-    }
+    };
     let mut failed = Vec::new();
     let mut ran = 0;
     for d in &gpus {

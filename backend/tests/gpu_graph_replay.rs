@@ -10,11 +10,11 @@
 
 mod common;
 
-use common::{bytes, floats, nmse, set_bytes, Rng};
+use common::{bytes, floats, gpus_or_skip, nmse, set_bytes, Rng};
 use tandem_backend::buffer::allocate_graph;
 use tandem_backend::config::Config;
 use tandem_backend::gpu::{DeviceAlloc, GpuDevice};
-use tandem_backend::{devices, Device, DeviceGraph, HostDevice};
+use tandem_backend::{Device, DeviceGraph, HostDevice};
 use tandem_graph::{ElemType, Graph, GraphBuilder, TensorId};
 
 /// A device allocation holding `image` (the graph's host buffer, at host address `base`), and
@@ -135,14 +135,9 @@ fn run_on(gpu: &Device) -> Result<(), String> {
 
 #[test]
 fn repeated_graphs_replay_and_match_the_host() {
-    let gpus: Vec<_> = devices()
-        .into_iter()
-        .filter(|d| matches!(**d, Device::Gpu(_)))
-        .collect();
-    if gpus.is_empty() {
-        eprintln!("SKIP repeated_graphs_replay_and_match_the_host: no usable GPU device");
+    let Some(gpus) = gpus_or_skip("repeated_graphs_replay_and_match_the_host") else {
         return;
-    }
+    };
     let mut failed = Vec::new();
     for d in &gpus {
         eprintln!("{}: {}", d.name(), d.description());

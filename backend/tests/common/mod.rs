@@ -1,8 +1,26 @@
-//! Helpers shared by the GPU integration tests: a deterministic generator, the bytes of a
-//! graph's host-allocated tensors, and the error measure the op harness uses.
+//! Helpers shared by the GPU integration tests: the usable GPU devices, a deterministic
+//! generator, the bytes of a graph's host-allocated tensors, and the error measure the op
+//! harness uses.
 #![allow(dead_code)]
 
+use std::sync::Arc;
+
+use tandem_backend::{devices, Device};
 use tandem_graph::{Graph, TensorId};
+
+/// The usable GPU devices; where there is none, prints `SKIP <test>: no usable GPU device` and
+/// gives `None`.
+pub fn gpus_or_skip(test: &str) -> Option<Vec<Arc<Device>>> {
+    let gpus: Vec<_> = devices()
+        .into_iter()
+        .filter(|d| matches!(**d, Device::Gpu(_)))
+        .collect();
+    if gpus.is_empty() {
+        eprintln!("SKIP {test}: no usable GPU device");
+        return None;
+    }
+    Some(gpus)
+}
 
 /// A small deterministic generator (xorshift32).
 pub struct Rng(pub u32);
