@@ -592,9 +592,9 @@ impl GraphBuilder {
         let ok = kt.ne[0] == qt.ne[0]
             && kt.ne[2] > 0
             && qt.ne[2] % kt.ne[2] == 0
-            && qt.ne[3] % kt.ne[3].max(1) == 0
-            && qt.ne[3] == kt.ne[3]
-            && qt.ne[3] == vt.ne[3]
+            && kt.ne[3] > 0
+            && qt.ne[3] % kt.ne[3] == 0
+            && vt.ne[3] == kt.ne[3]
             && vt.ne[1] == kt.ne[1]
             && vt.ne[2] == kt.ne[2];
         if !ok {

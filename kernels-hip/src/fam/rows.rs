@@ -1,6 +1,7 @@
 use crate::KernelSource;
 
-/// Row-wise f32 ops: norms (alone and with the next MUL folded in), SUM_ROWS, SOFT_MAX, ARGSORT.
+/// Row-wise f32 ops: norms (alone and with the next MUL folded in), SUM_ROWS, SOFT_MAX, ARGSORT,
+/// and FLASH_ATTN_EXT (a softmax over rows of scores).
 pub(crate) const FAMILIES: &[KernelSource] = &[
     KernelSource {
         family: "norm",
@@ -27,6 +28,27 @@ pub(crate) const FAMILIES: &[KernelSource] = &[
         file: "rowsort.hip",
         source: include_str!("../rowsort.hip"),
         entries: &["tandem_argsort_f32"],
+        options: &[],
+    },
+    KernelSource {
+        family: "flash_attn",
+        file: "flash_attn.hip",
+        source: include_str!("../flash_attn.hip"),
+        entries: &[
+            "tandem_fa_f16_r4",
+            "tandem_fa_f16_r8",
+            "tandem_fa_f16_r16",
+            "tandem_fa_f16_l",
+            "tandem_fa_q8_0_r4",
+            "tandem_fa_q8_0_r8",
+            "tandem_fa_q8_0_r16",
+            "tandem_fa_q8_0_l",
+            "tandem_fa_any_r4",
+            "tandem_fa_any_r8",
+            "tandem_fa_any_r16",
+            "tandem_fa_any_l",
+            "tandem_fa_reduce",
+        ],
         options: &[],
     },
 ];

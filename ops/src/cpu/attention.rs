@@ -510,9 +510,9 @@ mod tests {
         s[2] = None;
         expect_err(&dst, &s, "missing v");
         let mut k = srcs[1].unwrap().clone();
-        k.ty = ElemType::Q4_1;
+        k.ty = ElemType::Q4K;
         k.nb = tandem_graph::tensor::contiguous_strides(k.ty, &k.ne);
-        with(1, &k, &|d, s| expect_err(d, s, "q4_1 k"));
+        with(1, &k, &|d, s| expect_err(d, s, "q4_K k"));
         let mut k = srcs[1].unwrap().clone();
         k.nb[0] = 4;
         with(1, &k, &|d, s| expect_err(d, s, "k rows not contiguous"));

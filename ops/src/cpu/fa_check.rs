@@ -11,13 +11,17 @@ use tandem_graph::{ElemType, Tensor};
 /// accumulator than the f32 one used here, so they are served too.
 const PRECISIONS: [i32; 4] = [0, 10, 15, 20];
 
-/// K/V element types the kernel reads.
-pub(super) const KV_TYPES: [ElemType; 5] = [
+/// K/V element types the kernel reads (ggml's CPU backend reads the same).
+pub(super) const KV_TYPES: [ElemType; 9] = [
     ElemType::F32,
     ElemType::F16,
     ElemType::BF16,
     ElemType::Q8_0,
     ElemType::Q4_0,
+    ElemType::Q4_1,
+    ElemType::Q5_0,
+    ElemType::Q5_1,
+    ElemType::IQ4NL,
 ];
 
 /// The sizes of a checked node.
@@ -58,7 +62,10 @@ pub(super) fn validate(dst: &Tensor, srcs: &Srcs) -> Result<FaShape, OpError> {
     fail(dst.ty == ElemType::F32, &|| format!("dst must be f32, got {}", dst.ty))?;
     for (name, t) in [("k", k), ("v", v)] {
         fail(KV_TYPES.contains(&t.ty), &|| {
-            format!("{name} type {} is not one of f32, f16, bf16, q8_0, q4_0", t.ty)
+            format!(
+                "{name} type {} is not one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl",
+                t.ty
+            )
         })?;
         fail(t.ty.row_size(t.ne[0]).is_some(), &|| {
             format!("{name} rows of {} are not whole {} blocks", t.ne[0], t.ty)

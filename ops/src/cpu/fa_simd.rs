@@ -105,7 +105,8 @@ impl Simd {
     }
 
     /// Expands one row of `ty` (`src` holds exactly `ty.row_size(dst.len())` bytes) to f32.
-    /// Only the K/V types the attention check admits reach here; any other leaves `dst` as is.
+    /// Only the K/V types the attention check admits reach here; the block types without a fast
+    /// path here go through the quantizers' dequantizer.
     pub(super) fn row_to_f32(self, ty: ElemType, src: &[u8], dst: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
         if self.avx2 && matches!(ty, ElemType::BF16 | ElemType::Q8_0 | ElemType::Q4_0) {
@@ -148,7 +149,10 @@ impl Simd {
                     }
                 }
             }
-            _ => {}
+            _ => {
+                // The attention check admits only types the dequantizer knows, with whole blocks.
+                let _ = crate::quant::dequantize_row(ty, src, dst);
+            }
         }
     }
 

@@ -7,6 +7,7 @@ pub mod argsort;
 pub mod binary;
 pub mod convert;
 pub mod copy;
+pub mod flash_attn;
 pub mod matmul;
 pub mod matmul_launch;
 pub mod rope;
@@ -24,4 +25,5 @@ pub(crate) const PARTS: &[&[Registration]] = &[
     copy::REGISTRATIONS,
     setrows::REGISTRATIONS,
     matmul::REGISTRATIONS,
+    flash_attn::REGISTRATIONS,
 ];

@@ -1,0 +1,632 @@
+//! FLASH_ATTN_EXT of `kernels-hip/src/flash_attn.hip`: q f32; K and V (each) f32, f16, bf16,
+//! q4_0, q4_1, q5_0, q5_1, q8_0 or iq4_nl; head sizes that are multiples of 8 up to 1024 (K and V
+//! may differ, as DeepSeek's 576 / 512); any GQA ratio; q sequences broadcast over K/V ones;
+//! optional f16 mask broadcast over heads and sequences, ALiBi, sinks and logit softcap; K/V as
+//! strided views of a cache. Every precision setting runs in f32.
+//!
+//! One registration, `hip.fa`, picks the kernel shape per node: how many (query, head) rows a
+//! block holds, how many kv rows a tile holds (from the shared memory the device grants), and how
+//! many blocks split the kv range (flash-decoding) so that a decode step's few kv heads still
+//! fill the device; with more than one split a second kernel combines the blocks' partial sums.
+
+use super::rows::non_empty;
+use crate::gpu::api::{sm_number, DeviceInfo, DevicePtr, LaunchConfig};
+use crate::gpu::kernels::KernelError;
+use crate::gpu::registry::{dptr, launch_error, LaunchCtx, Node, Registration};
+use crate::gpu::safe::KernelArgs;
+use tandem_graph::params::FlashAttnParams;
+use tandem_graph::{ElemType, Op, Tensor};
+
+pub const FAMILY: &str = "flash_attn";
+
+pub const REGISTRATIONS: &[Registration] = &[Registration {
+    name: "hip.fa",
+    op: Op::FlashAttnExt,
+    fuses: None,
+    accepts,
+    launch,
+}];
+
+/// Threads of a block (`TANDEM_FA_THREADS`).
+const THREADS: usize = 128;
+/// Most splits of one row (the reduce kernel's shared weights).
+const MAX_SPLITS: usize = 1024;
+/// Most blocks of a grid's y and z dimensions on every device.
+const MAX_GRID_YZ: usize = 65_535;
+
+/// K/V element types the kernel reads.
+pub const KV_TYPES: [ElemType; 9] = [
+    ElemType::F32,
+    ElemType::F16,
+    ElemType::BF16,
+    ElemType::Q4_0,
+    ElemType::Q4_1,
+    ElemType::Q5_0,
+    ElemType::Q5_1,
+    ElemType::Q8_0,
+    ElemType::IQ4NL,
+];
+
+/// `tandem_fa_shape` of flash_attn.hip.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct FaShape {
+    pub nbq: [i64; 4],
+    pub nbk: [i64; 4],
+    pub nbv: [i64; 4],
+    pub nbm: [i64; 4],
+    pub nbd: [i64; 4],
+    pub nem2: i64,
+    pub nem3: i64,
+    pub nbsink: i64,
+    pub dk: i32,
+    pub dv: i32,
+    pub n_q: i32,
+    pub n_head_kv: i32,
+    pub n_kv: i32,
+    pub seq_per_kv: i32,
+    pub group: i32,
+    pub rows: i32,
+    pub row_blocks: i32,
+    pub kt: i32,
+    pub n_splits: i32,
+    pub split_len: i32,
+    pub k_type: i32,
+    pub v_type: i32,
+    pub k_bytes: i32,
+    pub v_bytes: i32,
+    pub k_ss: i32,
+    pub v_ss: i32,
+    pub k_word: i32,
+    pub v_word: i32,
+    pub row_groups: i32,
+    pub kv_groups: i32,
+    pub kv_area: i32,
+    pub has_mask: i32,
+    pub has_sinks: i32,
+    pub q_scale: f32,
+    pub softcap: f32,
+    pub max_bias: f32,
+    pub m0: f32,
+    pub m1: f32,
+    pub n_head_log2: i32,
+    /// Double-buffered tiles copied without waiting (NVIDIA sm_80+, decode variant).
+    pub pipe: i32,
+}
+const _: () = assert!(std::mem::size_of::<FaShape>() == 312);
+
+/// The kernel shapes: the decode kernels hold exactly 4, 8 or 16 rows a block (a GQA group of
+/// one to a few queries, padded), with the rows split over `rows / 4` thread groups for the
+/// output; the large one holds up to 32 rows, each thread accumulating up to 8 of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Variant {
+    /// `_r4`, `_r8`, `_r16`.
+    Decode(usize),
+    /// `_l`.
+    Large,
+}
+
+/// Rows one output thread accumulates: `OROWS` of the kernels.
+const DECODE_OROWS: usize = 4;
+const LARGE_OROWS: usize = 8;
+const LARGE_ROWS: usize = 32;
+
+/// How a node's work is cut: rows per block, kv rows per tile, the thread groups of the output
+/// and the shared memory they take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tiling {
+    pub variant: Variant,
+    pub rows: usize,
+    pub kt: usize,
+    pub row_groups: usize,
+    pub kv_groups: usize,
+    pub k_ss: usize,
+    pub v_ss: usize,
+    pub kv_area: usize,
+    pub shared: usize,
+}
+
+/// Shared-memory stride of one K or V row. f32/f16/bf16 rows are read in 16-byte words: K rows
+/// by `tpk` adjacent lanes, each at every `tpk`-th word, so for `tpk` of 2 or 4 the stride puts
+/// the next row's words just past the `tpk` words one row's lanes read in each 128 bytes (no
+/// bank conflicts in an eight-lane phase); otherwise (`tpk` 1: V rows, read by adjacent lanes
+/// along the row) an odd number of words. Block rows are read in 2-byte units from a 4-byte
+/// aligned start, at an odd multiple of 4 bytes.
+pub fn shared_stride(ty: ElemType, bytes: usize, tpk: usize) -> usize {
+    let unit = if ty.is_quantized() { 4 } else { 16 };
+    let mut s = bytes.div_ceil(unit) * unit;
+    if unit == 16 && (tpk == 2 || tpk == 4) {
+        while (s / 16) % 8 != tpk {
+            s += 16;
+        }
+    } else if (s / unit) % 2 == 0 {
+        s += unit;
+    }
+    s
+}
+
+/// Shared memory of a block: K/V tiles (or the output sums) then q, scores and the row state.
+fn shared_bytes(kv_area: usize, rows: usize, dk: usize, kt: usize) -> usize {
+    kv_area + rows * (dk + kt + 6) * 4 + rows * 8 + 8
+}
+
+/// The tiling of a node with `group_rows` rows per kv head within `budget` bytes of shared
+/// memory, `buffers` K/V tiles deep (2 when pipelined), or `None` when nothing fits.
+pub fn tiling(
+    dk: usize,
+    dv: usize,
+    group_rows: usize,
+    k: (ElemType, usize),
+    v: (ElemType, usize),
+    budget: usize,
+    buffers: usize,
+) -> Option<Tiling> {
+    let chunks = dv / 8;
+    if dk == 0 || dv == 0 || !dk.is_multiple_of(8) || !dv.is_multiple_of(8) || chunks > THREADS || group_rows == 0 {
+        return None;
+    }
+    let max_row_groups = THREADS / chunks;
+    let mut shapes: Vec<(Variant, usize, usize)> = Vec::new();
+    // A decode kernel holding the whole group where one fits (padded rows cost some work, no
+    // bounds), else the large kernel over blocks of up to 32 rows (fewer where the output
+    // threads or the shared memory run out).
+    for r in [4usize, 8, 16] {
+        if group_rows <= r && r / DECODE_OROWS <= max_row_groups {
+            shapes.push((Variant::Decode(r), r, r / DECODE_OROWS));
+            break;
+        }
+    }
+    let most = LARGE_ROWS.min(LARGE_OROWS * max_row_groups);
+    let mut rows = if group_rows <= most {
+        group_rows
+    } else {
+        group_rows.div_ceil(group_rows.div_ceil(most))
+    };
+    loop {
+        shapes.push((Variant::Large, rows, rows.div_ceil(LARGE_OROWS)));
+        if rows == 1 {
+            break;
+        }
+        rows = rows.div_ceil(2);
+    }
+    // Pipelined tiles: 32 rows, so that more blocks share an SM and each has a tile in flight.
+    let kts: &[usize] = if buffers > 1 {
+        &[32, 16, 64, 8]
+    } else {
+        &[64, 32, 16, 8]
+    };
+    for (variant, rows, row_groups) in shapes {
+        for &kt in kts {
+            let (k_ss, v_ss) = (shared_stride(k.0, k.1, THREADS / kt), shared_stride(v.0, v.1, 1));
+            let tiles = buffers * kt * (k_ss + v_ss);
+            let out = (rows * dv * 4).saturating_sub(rows * (dk + kt) * 4);
+            let kv_area = tiles.max(out).div_ceil(16) * 16;
+            let shared = shared_bytes(kv_area, rows, dk, kt);
+            if shared <= budget {
+                return Some(Tiling {
+                    variant,
+                    rows,
+                    kt,
+                    row_groups,
+                    kv_groups: max_row_groups / row_groups,
+                    k_ss,
+                    v_ss,
+                    kv_area,
+                    shared,
+                });
+            }
+        }
+    }
+    None
+}
+
+/// Dynamic shared memory a block may take on `info`'s device, and what one SM / CU holds.
+fn shared_budget(info: &DeviceInfo) -> (usize, usize) {
+    match sm_number(&info.arch) {
+        Some(90) => (96 * 1024, 228 * 1024),
+        Some(80) => (96 * 1024, 164 * 1024),
+        Some(sm) if sm >= 80 => (96 * 1024, 100 * 1024),
+        Some(_) => (48 * 1024, 96 * 1024),
+        None => (64 * 1024, 64 * 1024),
+    }
+}
+
+/// Blocks of the decode variant one SM keeps (`TANDEM_FA_SMALL_BLOCKS`: its register cap).
+const SMALL_BLOCKS_PER_SM: usize = 5;
+
+/// kv splits of a grid of `base` blocks over `n_kv` rows in tiles of `kt`: enough blocks for
+/// `target`, whole tiles per split, at most [`MAX_SPLITS`]. Returns (splits, rows per split).
+pub fn splits(base: usize, n_kv: usize, kt: usize, target: usize) -> (usize, usize) {
+    let tiles = n_kv.div_ceil(kt).max(1);
+    if base >= target {
+        return (1, tiles * kt);
+    }
+    let want = target.div_ceil(base.max(1)).clamp(1, tiles.min(MAX_SPLITS));
+    let per = tiles.div_ceil(want);
+    (tiles.div_ceil(per), per * kt)
+}
+
+fn elem_strides(t: &Tensor) -> Option<[i64; 4]> {
+    let align = if t.ty.is_quantized() { 2 } else { t.ty.type_size() };
+    super::rows::aligned_strides(t, align)
+}
+
+/// ALiBi bases `(n_head_log2, m0, m1)` as the CPU computes them.
+fn alibi(max_bias: f32, n_head: i64) -> (i32, f32, f32) {
+    super::softmax::alibi_bases(max_bias, n_head as u32)
+}
+
+/// The kernel's shape for `node` on a device with `budget` bytes of shared memory per block,
+/// without the launch-time fields (copy widths and splits), or `None` when the kernels do not
+/// run it exactly.
+pub fn fa_shape(node: &Node<'_>, budget: usize, buffers: usize) -> Option<(FaShape, Tiling)> {
+    let dst = node.dst;
+    let (q, k, v) = (node.src(0)?, node.src(1)?, node.src(2)?);
+    // ggml's own admission rules (the CPU fallback's), then what the kernel needs on top.
+    tandem_ops::cpu::check(dst, &node.srcs).ok()?;
+    if !KV_TYPES.contains(&k.ty) || !KV_TYPES.contains(&v.ty) || q.nb[0] != 4 || !non_empty(q.ne) {
+        return None;
+    }
+    let [dk, n_q, n_head, n_seq] = q.ne;
+    let (dv, n_kv, n_head_kv) = (v.ne[0], k.ne[1], k.ne[2]);
+    let group = n_head / n_head_kv;
+    let group_rows = usize::try_from(group.checked_mul(n_q)?).ok()?;
+    let k_bytes = k.ty.row_size(dk)?;
+    let v_bytes = v.ty.row_size(dv)?;
+    if n_kv > i32::MAX as i64 / 2 || group_rows > i32::MAX as usize / 2 || dk > 1024 {
+        return None;
+    }
+    let t = tiling(
+        dk as usize,
+        dv as usize,
+        group_rows,
+        (k.ty, k_bytes),
+        (v.ty, v_bytes),
+        budget,
+        buffers,
+    )?;
+    let row_blocks = group_rows.div_ceil(t.rows);
+    if row_blocks * n_head_kv as usize > MAX_GRID_YZ || n_seq as usize > MAX_GRID_YZ {
+        return None;
+    }
+    let p = FlashAttnParams::read(dst);
+    let mut s = FaShape {
+        nbq: super::rows::aligned_strides(q, 4)?,
+        nbk: elem_strides(k)?,
+        nbv: elem_strides(v)?,
+        nbd: super::rows::aligned_strides(dst, 4)?,
+        nem2: 1,
+        nem3: 1,
+        dk: dk as i32,
+        dv: dv as i32,
+        n_q: n_q as i32,
+        n_head_kv: n_head_kv as i32,
+        n_kv: n_kv as i32,
+        seq_per_kv: (n_seq / k.ne[3]) as i32,
+        group: group as i32,
+        rows: t.rows as i32,
+        row_blocks: row_blocks as i32,
+        kt: t.kt as i32,
+        n_splits: 1,
+        split_len: (n_kv.max(1) as usize).div_ceil(t.kt) as i32 * t.kt as i32,
+        k_type: k.ty.ggml_id() as i32,
+        v_type: v.ty.ggml_id() as i32,
+        k_bytes: k_bytes as i32,
+        v_bytes: v_bytes as i32,
+        k_ss: t.k_ss as i32,
+        v_ss: t.v_ss as i32,
+        k_word: 2,
+        v_word: 2,
+        row_groups: t.row_groups as i32,
+        kv_groups: t.kv_groups as i32,
+        kv_area: t.kv_area as i32,
+        q_scale: if p.logit_softcap != 0.0 {
+            p.scale / p.logit_softcap
+        } else {
+            p.scale
+        },
+        softcap: p.logit_softcap,
+        max_bias: p.max_bias,
+        m0: 1.0,
+        m1: 1.0,
+        ..Default::default()
+    };
+    if let Some(m) = node.src(3) {
+        s.has_mask = 1;
+        s.nbm = super::rows::aligned_strides(m, 2)?;
+        s.nem2 = m.ne[2];
+        s.nem3 = m.ne[3];
+        (s.n_head_log2, s.m0, s.m1) = alibi(p.max_bias, n_head);
+    }
+    if let Some(sk) = node.src(4) {
+        s.has_sinks = 1;
+        s.nbsink = super::rows::aligned_strides(sk, 4)?[0];
+    }
+    Some((s, t))
+}
+
+fn accepts(node: &Node<'_>, _next: Option<&Node<'_>>) -> bool {
+    // The smallest budget of any device: a node that fits it fits every device.
+    fa_shape(node, 48 * 1024, 1).is_some()
+}
+
+/// The widest copy word (16, 4 or 2 bytes) that divides a row's bytes, its shared stride and
+/// every address the copies start from.
+pub fn copy_word(t: &Tensor, row_bytes: usize, shared_stride: usize) -> i32 {
+    let addr = t.data as u64;
+    for w in [16u64, 4] {
+        let ok = (row_bytes as u64).is_multiple_of(w)
+            && (shared_stride as u64).is_multiple_of(w)
+            && addr.is_multiple_of(w)
+            && t.nb[1..].iter().all(|&b| (b as u64).is_multiple_of(w));
+        if ok {
+            return w as i32;
+        }
+    }
+    2
+}
+
+/// The kernel entry for a node's K/V types and variant.
+pub fn entry(k: ElemType, v: ElemType, variant: Variant) -> &'static str {
+    let types = match (k, v) {
+        (ElemType::F16, ElemType::F16) => 0,
+        (ElemType::Q8_0, ElemType::Q8_0) => 1,
+        _ => 2,
+    };
+    const NAMES: [[&str; 4]; 3] = [
+        [
+            "tandem_fa_f16_r4",
+            "tandem_fa_f16_r8",
+            "tandem_fa_f16_r16",
+            "tandem_fa_f16_l",
+        ],
+        [
+            "tandem_fa_q8_0_r4",
+            "tandem_fa_q8_0_r8",
+            "tandem_fa_q8_0_r16",
+            "tandem_fa_q8_0_l",
+        ],
+        [
+            "tandem_fa_any_r4",
+            "tandem_fa_any_r8",
+            "tandem_fa_any_r16",
+            "tandem_fa_any_l",
+        ],
+    ];
+    let shape = match variant {
+        Variant::Decode(4) => 0,
+        Variant::Decode(8) => 1,
+        Variant::Decode(_) => 2,
+        Variant::Large => 3,
+    };
+    NAMES[types][shape]
+}
+
+/// # Safety
+/// As [`crate::gpu::registry::Launch`].
+unsafe fn launch(ctx: &LaunchCtx<'_>, node: &Node<'_>, _next: Option<&Node<'_>>) -> Result<(), KernelError> {
+    let fail = |m: &str| launch_error("launch_flash_attn", m.to_string());
+    let (budget, per_sm) = shared_budget(ctx.info);
+    let (Some(q), Some(k), Some(v)) = (node.src(0), node.src(1), node.src(2)) else {
+        return Err(fail("q, k and v are required"));
+    };
+    // Pipelined (cp.async, 4- or 16-byte words) where the decode variant runs on sm_80+.
+    let async_copies = sm_number(&ctx.info.arch).is_some_and(|sm| sm >= 80);
+    let piped = if async_copies { fa_shape(node, budget, 2) } else { None }.filter(|(s, t)| {
+        matches!(t.variant, Variant::Decode(_))
+            && copy_word(k, s.k_bytes as usize, t.k_ss) >= 4
+            && copy_word(v, s.v_bytes as usize, t.v_ss) >= 4
+    });
+    let (mut s, t) = match piped {
+        Some((mut s, t)) => {
+            s.pipe = 1;
+            (s, t)
+        }
+        None => fa_shape(node, budget, 1).ok_or_else(|| fail("node not accepted"))?,
+    };
+    s.k_word = copy_word(k, s.k_bytes as usize, t.k_ss);
+    s.v_word = copy_word(v, s.v_bytes as usize, t.v_ss);
+    let n_seq = q.ne[3] as usize;
+    let base = s.row_blocks as usize * s.n_head_kv as usize * n_seq;
+    let mut per_cu = (per_sm / t.shared.max(1)).clamp(1, 8);
+    if matches!(t.variant, Variant::Decode(_)) {
+        per_cu = per_cu.min(SMALL_BLOCKS_PER_SM);
+    }
+    let target = ctx.info.compute_units.max(1) as usize * per_cu;
+    let (n_splits, split_len) = splits(base, s.n_kv as usize, t.kt, target);
+    s.n_splits = n_splits as i32;
+    s.split_len = split_len as i32;
+
+    let group_rows = (s.group * s.n_q) as usize;
+    let rows_total = group_rows * s.n_head_kv as usize * n_seq;
+    let partial = if n_splits > 1 {
+        let bytes = rows_total * n_splits * (s.dv as usize + 4) * 4;
+        ctx.scratch.get(bytes)?
+    } else {
+        DevicePtr(0)
+    };
+    let opt = |t: Option<&Tensor>| t.map(dptr).unwrap_or(DevicePtr(0));
+    let f = ctx.kernels.function(FAMILY, entry(k.ty, v.ty, t.variant))?;
+    let mut args = KernelArgs::new();
+    args.push(dptr(q))
+        .push(dptr(k))
+        .push(dptr(v))
+        .push(opt(node.src(3)))
+        .push(opt(node.src(4)))
+        .push(dptr(node.dst))
+        .push(partial)
+        .push(s);
+    let cfg = LaunchConfig {
+        grid: [n_splits as u32, (s.row_blocks * s.n_head_kv) as u32, n_seq as u32],
+        block: [THREADS as u32, 1, 1],
+        shared_bytes: t.shared as u32,
+    };
+    // SAFETY: the parameters are (const char* q, k, v, mask, sinks, char* dst, float* partial,
+    // tandem_fa_shape); absent mask/sinks are null and flagged off; the shape's strides, extents
+    // and copy widths were checked against the tensors above; `partial` holds every split's sums
+    // of every row when there is more than one split.
+    unsafe { ctx.stream.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu)?;
+    if n_splits > 1 {
+        let r = ctx.kernels.function(FAMILY, "tandem_fa_reduce")?;
+        let mut args = KernelArgs::new();
+        args.push(partial).push(opt(node.src(4))).push(dptr(node.dst)).push(s);
+        // Blocks of 32 output columns per row.
+        let cfg = LaunchConfig {
+            grid: [rows_total as u32, (s.dv as u32).div_ceil(32), 1],
+            block: [THREADS as u32, 1, 1],
+            shared_bytes: 0,
+        };
+        // SAFETY: (const float* partial, const char* sinks, char* dst, tandem_fa_shape): the
+        // first kernel wrote every row's splits into `partial` ahead on the same stream.
+        unsafe { ctx.stream.launch(&r, cfg, &mut args) }.map_err(KernelError::Gpu)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tandem_graph::GraphBuilder;
+
+    #[test]
+    fn strides_spread_each_read_over_the_banks() {
+        // K rows read by 4 lanes each (32-row tiles): the next row 64 bytes on in each 128.
+        assert_eq!(shared_stride(ElemType::F16, 256, 4), 320);
+        assert_eq!(shared_stride(ElemType::F16, 256, 2), 288);
+        assert_eq!(shared_stride(ElemType::F16, 256, 1), 272);
+        assert_eq!(shared_stride(ElemType::F16, 80, 1), 80);
+        assert_eq!(shared_stride(ElemType::F32, 160, 16), 176);
+        assert_eq!(shared_stride(ElemType::Q8_0, 136, 4), 140);
+        assert_eq!(shared_stride(ElemType::Q4_0, 18, 1), 20);
+        assert_eq!(shared_stride(ElemType::Q5_0, 22, 2), 28);
+    }
+
+    #[test]
+    fn tilings_fit_their_budget_and_cover_every_row() {
+        for (dk, dv) in [(40, 40), (64, 64), (72, 72), (128, 128), (256, 256), (576, 512)] {
+            for rows in [1usize, 4, 5, 8, 16, 17, 128, 2048] {
+                for (budget, buffers) in [(48 * 1024, 1), (64 * 1024, 1), (96 * 1024, 1), (96 * 1024, 2)] {
+                    let k = (ElemType::F16, dk * 2);
+                    let Some(t) = tiling(dk, dv, rows, k, (ElemType::F16, dv * 2), budget, buffers) else {
+                        panic!("no tiling for {dk}/{dv} rows {rows} budget {budget} x{buffers}");
+                    };
+                    assert!(t.shared <= budget);
+                    match t.variant {
+                        Variant::Decode(r) => {
+                            assert!(rows <= r && t.rows == r && t.row_groups * DECODE_OROWS == r, "{t:?}")
+                        }
+                        Variant::Large => {
+                            assert!(
+                                t.rows <= LARGE_ROWS && t.rows.div_ceil(t.row_groups) <= LARGE_OROWS,
+                                "{t:?}"
+                            )
+                        }
+                    }
+                    assert!(t.row_groups * t.kv_groups * (dv / 8) <= THREADS, "{t:?}");
+                    assert!(t.kv_groups >= 1);
+                    // The output sums fit before the row state.
+                    assert!(t.rows * dv * 4 <= t.kv_area + t.rows * (dk + t.kt) * 4);
+                    assert!(t.kv_area >= buffers * t.kt * (t.k_ss + t.v_ss));
+                }
+            }
+        }
+        // Decode of a Llama-3-8B layer: its 4 q heads per kv head in one block, 8 kv groups.
+        let f16 = |d: usize| (ElemType::F16, d * 2);
+        let t = tiling(128, 128, 4, f16(128), f16(128), 96 * 1024, 1).unwrap();
+        assert_eq!(
+            (t.variant, t.rows, t.kt, t.row_groups, t.kv_groups),
+            (Variant::Decode(4), 4, 64, 1, 8)
+        );
+        // Pipelined: two tiles of 32 rows.
+        let t = tiling(128, 128, 5, f16(128), f16(128), 96 * 1024, 2).unwrap();
+        assert_eq!(
+            (t.variant, t.kt, t.kv_area),
+            (Variant::Decode(8), 32, 2 * 32 * (320 + 272))
+        );
+        // Prefill: 32 rows.
+        let t = tiling(128, 128, 4 * 512, f16(128), f16(128), 96 * 1024, 1).unwrap();
+        assert_eq!(
+            (t.variant, t.rows, t.row_groups, t.kv_groups),
+            (Variant::Large, 32, 4, 2)
+        );
+        assert!(tiling(128, 1032, 4, f16(128), f16(1032), 96 * 1024, 1).is_none());
+        assert!(tiling(12, 12, 4, f16(12), f16(12), 96 * 1024, 1).is_none());
+    }
+
+    #[test]
+    fn splits_fill_the_device_with_whole_tiles() {
+        // 8 kv heads over 16384 rows: 528 wanted, 66 splits of 4 tiles -> 64 splits of 256 rows.
+        assert_eq!(splits(8, 16384, 64, 528), (64, 256));
+        assert_eq!(splits(600, 16384, 64, 528), (1, 16384));
+        assert_eq!(splits(8, 1, 64, 528), (1, 64));
+        assert_eq!(splits(1, 1 << 20, 64, 1 << 20), (1024, 1024));
+        let (n, len) = splits(3, 1000, 32, 100);
+        assert!(n * len >= 1000 && (n - 1) * len < 1000 && len % 32 == 0);
+    }
+
+    #[test]
+    fn accepts_every_kv_type_and_declines_what_the_kernel_cannot_run() {
+        let mut b = GraphBuilder::new();
+        let q = b.new_tensor(ElemType::F32, &[128, 1, 32, 1]);
+        let mut nodes = Vec::new();
+        for ty in KV_TYPES {
+            let k = b.new_tensor(ty, &[128, 300, 8, 1]);
+            let v = b.new_tensor(ElemType::F16, &[128, 300, 8, 1]);
+            let m = b.new_tensor(ElemType::F16, &[300, 1, 1, 1]);
+            nodes.push(b.flash_attn_ext(q, k, v, Some(m), None, 0.1, 0.0, 0.0).unwrap());
+        }
+        let q12 = b.new_tensor(ElemType::F32, &[12, 1, 4, 1]);
+        let k12 = b.new_tensor(ElemType::F16, &[12, 10, 4, 1]);
+        let odd = b.flash_attn_ext(q12, k12, k12, None, None, 0.1, 0.0, 0.0).unwrap();
+        let kk = b.new_tensor(ElemType::Q4K, &[256, 10, 8, 1]);
+        let q256 = b.new_tensor(ElemType::F32, &[256, 1, 8, 1]);
+        let kquant = b.flash_attn_ext(q256, kk, kk, None, None, 0.1, 0.0, 0.0).unwrap();
+        let g = b.build();
+        for &n in &nodes {
+            let node = Node::of(&g, n);
+            assert!(accepts(&node, None), "{:?}", node.src(1).unwrap().ty);
+            let (s, t) = fa_shape(&node, 96 * 1024, 1).unwrap();
+            assert_eq!((s.group, s.rows, s.row_blocks, s.n_kv, s.has_mask), (4, 4, 1, 300, 1));
+            assert_eq!(t.variant, Variant::Decode(4));
+            assert_eq!(s.k_type as u32, node.src(1).unwrap().ty.ggml_id());
+            assert!(t.shared <= 96 * 1024);
+        }
+        // A head size that is not a multiple of 8.
+        assert!(!accepts(&Node::of(&g, odd), None));
+        // A K type the CPU fallback does not read either.
+        assert!(!accepts(&Node::of(&g, kquant), None));
+    }
+
+    #[test]
+    fn entries_by_types() {
+        assert_eq!(
+            entry(ElemType::F16, ElemType::F16, Variant::Decode(4)),
+            "tandem_fa_f16_r4"
+        );
+        assert_eq!(
+            entry(ElemType::Q8_0, ElemType::Q8_0, Variant::Large),
+            "tandem_fa_q8_0_l"
+        );
+        assert_eq!(
+            entry(ElemType::Q8_0, ElemType::F16, Variant::Decode(16)),
+            "tandem_fa_any_r16"
+        );
+        assert_eq!(
+            entry(ElemType::IQ4NL, ElemType::Q5_1, Variant::Large),
+            "tandem_fa_any_l"
+        );
+        // Every entry is in the catalog.
+        let fam = tandem_kernels_hip::find(FAMILY).unwrap();
+        for k in [ElemType::F16, ElemType::Q8_0, ElemType::Q4_0] {
+            for v in [
+                Variant::Decode(4),
+                Variant::Decode(8),
+                Variant::Decode(16),
+                Variant::Large,
+            ] {
+                assert!(fam.entries.contains(&entry(k, k, v)));
+            }
+        }
+        assert!(fam.entries.contains(&"tandem_fa_reduce"));
+    }
+}

@@ -1,0 +1,695 @@
+// FLASH_ATTN_EXT: out = softmax(scale · q·kᵀ (softcapped) + slope · mask, sink) · v for every
+// (query, head), with an online softmax over tiles of K/V rows.
+//
+// A block owns `rows` (query, head) rows of one kv head of one sequence (row rr of the group is
+// head group_base + rr / n_q, query rr % n_q: a decode step's GQA heads share a block, a prefill
+// block holds consecutive queries of one head) and a range of kv rows (its *split*). For each tile
+// of `kt` kv rows it
+//   1. stages the mask's bias (slope · mask) for its rows; a tile masked out for every row is
+//      skipped before any K/V byte is read (causal prefill skips half the tiles);
+//   2. copies the tile's K and V rows into shared memory as stored (f16, bf16, f32 or ggml blocks:
+//      nothing is dequantized in memory), in 16-, 4- or 2-byte words as the strides allow;
+//   3. scores: a few adjacent threads per kv row, each dequantizing every few eight-value chunk
+//      of the row in registers and dotting it with every row's q (held in shared memory as f32),
+//      their partial dots added across the lanes;
+//   4. updates each row's running max and sum (one wave per row);
+//   5. accumulates p · V: a thread per (eight output columns, set of rows, set of kv rows).
+// At the end the threads that shared a row's columns over kv rows add up their sums, and the block
+// writes either the normalized output (one split) or its unnormalized sums with the row's max and
+// sum (several splits: flash-decoding), which tandem_fa_reduce combines. Splits exist so that a
+// decode step's few kv heads still fill every SM / CU.
+//
+// Everything is computed in f32 (ggml's precision setting only ever allows more rounding); q is
+// not rounded to f16 as ggml's CUDA and CPU vector paths do. Wave size comes from warpSize.
+#include "tandem_hip.h"
+
+// Mirrors `FaShape` in backend/src/gpu/ops/flash_attn.rs (312 bytes, no padding).
+struct tandem_fa_shape {
+    i64 nbq[4];   // q byte strides ([dk, n_q, n_head, n_seq], nbq[0] = 4)
+    i64 nbk[4];   // k byte strides ([dk, n_kv, n_head_kv, n_seq_kv])
+    i64 nbv[4];   // v byte strides ([dv, n_kv, n_head_kv, n_seq_kv])
+    i64 nbm[4];   // mask byte strides ([>= n_kv, >= n_q, nem2, nem3] f16)
+    i64 nbd[4];   // dst byte strides ([dv, n_head, n_q, n_seq], nbd[0] = 4)
+    i64 nem2, nem3;
+    i64 nbsink;
+    i32 dk, dv, n_q, n_head_kv, n_kv, seq_per_kv;
+    i32 group;       // q heads per kv head
+    i32 rows;        // rows per block
+    i32 row_blocks;  // blocks over one kv head's group * n_q rows
+    i32 kt;          // kv rows per tile (a power of two, at most 64)
+    i32 n_splits;
+    i32 split_len;   // kv rows per split (a multiple of kt)
+    i32 k_type, v_type;   // ggml type numbers
+    i32 k_bytes, v_bytes; // bytes of one K / V row
+    i32 k_ss, v_ss;       // shared-memory row strides (multiples of 16 for 16-byte words, else 4)
+    i32 k_word, v_word;   // copy width in bytes: 16, 4 or 2
+    i32 row_groups;  // output: thread groups over rows ...
+    i32 kv_groups;   // ... and over kv rows (row_groups * kv_groups * dv / 8 <= threads)
+    i32 kv_area;     // bytes before the q rows: the K and V tiles, or the output sums if larger
+    i32 has_mask, has_sinks;
+    float q_scale;   // scale, or scale / softcap with a softcap
+    float softcap;
+    float max_bias, m0, m1;
+    i32 n_head_log2;
+    i32 pipe;        // double-buffered tiles copied without waiting (cp.async; NVIDIA sm_80+)
+};
+
+// The shapes of the kernels: the decode ones hold exactly R4/R8/R16 rows a block (a GQA group
+// of one to a few queries, padded) and keep five blocks on an SM (at most 102 registers on
+// NVIDIA), so that enough copies are in flight; the large one holds up to 32 rows (prefill).
+#define TANDEM_FA_SMALL_BLOCKS 5
+#define TANDEM_FA_LARGE_ROWS 32
+
+#define TANDEM_FA_THREADS 128
+#define TANDEM_FA_F32 0
+#define TANDEM_FA_F16 1
+#define TANDEM_FA_Q4_0 2
+#define TANDEM_FA_Q4_1 3
+#define TANDEM_FA_Q5_0 6
+#define TANDEM_FA_Q5_1 7
+#define TANDEM_FA_Q8_0 8
+#define TANDEM_FA_IQ4_NL 20
+#define TANDEM_FA_BF16 30
+
+// Two bytes of shared memory (every block field is 2-byte aligned in a row that starts 4-aligned).
+TANDEM_DEVICE u32 tandem_fa_u16(const u8* p) {
+    return *(const u16*)p;
+}
+// Four bytes at an even address.
+TANDEM_DEVICE u32 tandem_fa_u32(const u8* p) {
+    return tandem_fa_u16(p) | (tandem_fa_u16(p + 2) << 16);
+}
+
+// iq4_nl's 16 levels (ggml's kvalues_iq4nl).
+TANDEM_DEVICE float tandem_fa_iq4nl(u32 q) {
+    const u64 lo = 0xf6eaddcfbfad9881ull;  // -127 -104 -83 -65 -49 -35 -22 -10
+    const u64 hi = 0x7159453526190d01ull;  // 1 13 25 38 53 69 89 113
+    const u64 w = (q & 8u) ? hi : lo;
+    return (float)(int)(i8)(u8)(w >> (8u * (q & 7u)));
+}
+
+// Elements d .. d + 7 (d a multiple of 8) of one row of type `ty` held in shared memory at `p`.
+// With a constant `ty` (every call after inlining of a specialised kernel) the branches fold.
+TANDEM_DEVICE void tandem_fa_row8(int ty, const u8* p, int d, float* o) {
+    if (ty == TANDEM_FA_F16 || ty == TANDEM_FA_BF16) {
+        const uint4 w = *(const uint4*)(p + 2 * d);
+        const u32 u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            if (ty == TANDEM_FA_F16) {
+                o[2 * i] = tandem_f16_to_f32((u16)(u[i] & 0xffffu));
+                o[2 * i + 1] = tandem_f16_to_f32((u16)(u[i] >> 16));
+            } else {
+                o[2 * i] = __uint_as_float(u[i] << 16);
+                o[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+            }
+        }
+        return;
+    }
+    if (ty == TANDEM_FA_F32) {
+        const float4 a = *(const float4*)(p + 4 * d);
+        const float4 b = *(const float4*)(p + 4 * d + 16);
+        o[0] = a.x;
+        o[1] = a.y;
+        o[2] = a.z;
+        o[3] = a.w;
+        o[4] = b.x;
+        o[5] = b.y;
+        o[6] = b.z;
+        o[7] = b.w;
+        return;
+    }
+    const int blk = d >> 5, off = d & 31;
+    if (ty == TANDEM_FA_Q8_0) {
+        const u8* b = p + blk * 34;
+        const float s = tandem_f16_to_f32((u16)tandem_fa_u16(b));
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const u32 w = tandem_fa_u16(b + 2 + off + 2 * i);
+            o[2 * i] = s * (float)(int)(i8)(u8)(w & 0xffu);
+            o[2 * i + 1] = s * (float)(int)(i8)(u8)(w >> 8);
+        }
+        return;
+    }
+    // 4- and 5-bit blocks: element j < 16 is the low nibble of byte j, element j >= 16 the high
+    // nibble of byte j - 16; q5 types add bit j of qh as the fifth bit.
+    int size = 18, qs_at = 2, qh_at = 0;
+    if (ty == TANDEM_FA_Q4_1) {
+        size = 20;
+        qs_at = 4;
+    } else if (ty == TANDEM_FA_Q5_0) {
+        size = 22;
+        qs_at = 6;
+        qh_at = 2;
+    } else if (ty == TANDEM_FA_Q5_1) {
+        size = 24;
+        qs_at = 8;
+        qh_at = 4;
+    }
+    const u8* b = p + blk * size;
+    const float s = tandem_f16_to_f32((u16)tandem_fa_u16(b));
+    const float m = (ty == TANDEM_FA_Q4_1 || ty == TANDEM_FA_Q5_1) ? tandem_f16_to_f32((u16)tandem_fa_u16(b + 2)) : 0.0f;
+    const int shift = off < 16 ? 0 : 4;
+    const u32 q0 = tandem_fa_u32(b + qs_at + (off & 15));
+    const u32 q1 = tandem_fa_u32(b + qs_at + (off & 15) + 4);
+    const u32 qh = qh_at ? (tandem_fa_u32(b + qh_at) >> off) : 0u;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        u32 q = (((i < 4 ? q0 : q1) >> (8 * (i & 3) + shift)) & 0x0fu);
+        if (ty == TANDEM_FA_IQ4_NL) {
+            o[i] = s * tandem_fa_iq4nl(q);
+        } else if (ty == TANDEM_FA_Q4_0) {
+            o[i] = s * (float)((int)q - 8);
+        } else if (ty == TANDEM_FA_Q4_1) {
+            o[i] = s * (float)q + m;
+        } else {
+            q |= ((qh >> i) & 1u) << 4;
+            o[i] = ty == TANDEM_FA_Q5_0 ? s * (float)((int)q - 16) : s * (float)q + m;
+        }
+    }
+}
+
+// Copies `n` rows of `bytes` bytes (row i at src + i * stride) into shared memory rows `ss` apart,
+// in words of WORD bytes; every thread of the block takes part.
+template <typename W>
+TANDEM_DEVICE void tandem_fa_stage(u8* dst, const char* src, i64 stride, int n, int bytes, int ss) {
+    const int units = bytes / (int)sizeof(W);
+    const int total = n * units;
+    // Eight words in flight per thread before any is stored.
+    for (int u0 = threadIdx.x; u0 < total; u0 += 8 * TANDEM_FA_THREADS) {
+        W w[8] = {};
+        int at[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int u = u0 + i * TANDEM_FA_THREADS;
+            if (u < total) {
+                const int r = u / units, c = u - r * units;
+                w[i] = *(const W*)(src + r * stride + c * (int)sizeof(W));
+                at[i] = r * ss + c * (int)sizeof(W);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            if (at[i] >= 0) {
+                *(W*)(dst + at[i]) = w[i];
+            }
+        }
+    }
+}
+
+TANDEM_DEVICE void tandem_fa_stage_rows(u8* dst, const char* src, i64 stride, int n, int bytes, int ss, int word) {
+    if (word == 16) {
+        tandem_fa_stage<uint4>(dst, src, stride, n, bytes, ss);
+    } else if (word == 4) {
+        tandem_fa_stage<u32>(dst, src, stride, n, bytes, ss);
+    } else {
+        tandem_fa_stage<u16>(dst, src, stride, n, bytes, ss);
+    }
+}
+
+#if defined(TANDEM_NVIDIA) && __CUDA_ARCH__ >= 800
+#define TANDEM_FA_ASYNC 1
+#endif
+
+// The same rows copied without waiting (cp.async; 16- or 4-byte words). Only launched where
+// TANDEM_FA_ASYNC is defined; elsewhere it copies synchronously.
+TANDEM_DEVICE void tandem_fa_stage_async(u8* dst, const char* src, i64 stride, int n, int bytes, int ss, int word) {
+#if defined(TANDEM_FA_ASYNC)
+    const int units = bytes / word;
+    // Row and word of this thread's copies, stepped without dividing.
+    int r = (int)threadIdx.x / units, c = (int)threadIdx.x - r * units;
+    const int dr = TANDEM_FA_THREADS / units, dc = TANDEM_FA_THREADS - dr * units;
+    const u32 base = (u32)__cvta_generic_to_shared(dst);
+    while (r < n) {
+        const char* g = src + r * stride + c * word;
+        const u32 d = base + r * ss + c * word;
+        if (word == 16) {
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(g) : "memory");
+        } else {
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(g) : "memory");
+        }
+        r += dr;
+        c += dc;
+        if (c >= units) {
+            c -= units;
+            ++r;
+        }
+    }
+#else
+    tandem_fa_stage_rows(dst, src, stride, n, bytes, ss, word);
+#endif
+}
+
+TANDEM_DEVICE void tandem_fa_commit() {
+#if defined(TANDEM_FA_ASYNC)
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+TANDEM_DEVICE void tandem_fa_wait() {
+#if defined(TANDEM_FA_ASYNC)
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+// KTY / VTY: the K / V type when fixed at compile time, -1 for the shape's. MAXR: rows a block
+// holds at most (the size of the per-thread score array); EXACT: the block holds exactly MAXR
+// rows and ROW_GROUPS = MAXR / OROWS (the decode kernels), so no row loop has a bound known only
+// at run time; OROWS: rows one thread accumulates output for at most.
+template <int KTY, int VTY, int MAXR, bool EXACT, int OROWS>
+TANDEM_DEVICE void tandem_fa_tile(const char* q, const char* k, const char* v, const char* mask, const char* sinks,
+                                  char* dst, float* partial, const tandem_fa_shape& s) {
+    extern __shared__ __align__(16) u8 tandem_fa_smem[];
+    const int kty = KTY >= 0 ? KTY : s.k_type;
+    const int vty = VTY >= 0 ? VTY : s.v_type;
+    const int R = EXACT ? MAXR : s.rows;
+    const int RG = EXACT ? MAXR / OROWS : s.row_groups;
+    const int KT = s.kt, t = threadIdx.x;
+#if defined(TANDEM_FA_ASYNC)
+    const bool pipe = s.pipe != 0;
+#else
+    const bool pipe = false;
+#endif
+
+    // Shared memory: K and V tiles (two of each when pipelined; at the end the output sums) |
+    // q rows (f32) | scores | row state.
+    const int tile_bytes = KT * (s.k_ss + s.v_ss);
+    float* qs = (float*)(tandem_fa_smem + s.kv_area);
+    float* sc = qs + R * s.dk;          // [R][KT]
+    float* m_s = sc + R * KT;           // running max
+    float* l_s = m_s + R;               // running sum
+    float* a_s = l_s + R;               // this tile's rescale factor
+    float* slope_s = a_s + R;
+    int* qi_s = (int*)(slope_s + R);    // query of each row, -1 past the group
+    int* h_s = qi_s + R;                // head of each row
+    i64* moff_s = (i64*)(h_s + R + (R & 1));  // byte offset of each row's mask row
+
+    const int kvh = blockIdx.y % s.n_head_kv;
+    const int rb = blockIdx.y / s.n_head_kv;
+    const int seq = blockIdx.z;
+    const int kv_seq = seq / s.seq_per_kv;
+    const int split = blockIdx.x;
+    const int group_rows = s.group * s.n_q;
+    const int row0 = rb * R;
+    const char* kbase = k + kvh * s.nbk[2] + kv_seq * s.nbk[3];
+    const char* vbase = v + kvh * s.nbv[2] + kv_seq * s.nbv[3];
+    const int j_begin = split * s.split_len;
+    const int j_end = min(s.n_kv, j_begin + s.split_len);
+
+    // The first tile's copies go out before anything else.
+    if (pipe && j_begin < j_end) {
+        const int n = min(KT, j_end - j_begin);
+        tandem_fa_stage_async(tandem_fa_smem, kbase + j_begin * s.nbk[1], s.nbk[1], n, s.k_bytes, s.k_ss, s.k_word);
+        tandem_fa_stage_async(tandem_fa_smem + KT * s.k_ss, vbase + j_begin * s.nbv[1], s.nbv[1], n, s.v_bytes, s.v_ss,
+                              s.v_word);
+        tandem_fa_commit();
+    }
+
+    for (int r = t; r < R; r += TANDEM_FA_THREADS) {
+        const int rr = row0 + r;
+        const bool ok = rr < group_rows;
+        const int h = kvh * s.group + (ok ? rr / s.n_q : 0);
+        const int qi = ok ? rr % s.n_q : -1;
+        qi_s[r] = qi;
+        h_s[r] = h;
+        float slope = 1.0f;
+        if (s.max_bias > 0.0f) {
+            slope = h < s.n_head_log2 ? powf(s.m0, (float)(h + 1)) : powf(s.m1, (float)(2 * (h - s.n_head_log2) + 1));
+        }
+        slope_s[r] = slope;
+        moff_s[r] = (s.has_mask && ok) ? qi * s.nbm[1] + (h % s.nem2) * s.nbm[2] + (seq % s.nem3) * s.nbm[3] : -1;
+        m_s[r] = -TANDEM_INF;
+        l_s[r] = 0.0f;
+    }
+    __syncthreads();
+    // q rows, scaled, as f32 (rows past the group read as zeros).
+    for (int e = t; e < R * s.dk; e += TANDEM_FA_THREADS) {
+        const int r = e / s.dk, d = e - r * s.dk;
+        float x = 0.0f;
+        if (qi_s[r] >= 0) {
+            x = *(const float*)(q + (i64)d * 4 + qi_s[r] * s.nbq[1] + h_s[r] * s.nbq[2] + seq * s.nbq[3]);
+        }
+        qs[e] = x * s.q_scale;
+    }
+
+    // Output ownership: eight columns, a set of rows and a set of kv rows per thread.
+    const int chunks = s.dv >> 3;
+    const int oc = t % chunks;
+    const int og = t / chunks;
+    const int org = og % RG;
+    const int okg = og / RG;
+    const bool out_active = okg < s.kv_groups;
+    float acc[OROWS][8];
+#pragma unroll
+    for (int i = 0; i < OROWS; ++i) {
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+            acc[i][c] = 0.0f;
+        }
+    }
+    // Score ownership: TPK adjacent lanes per kv row, each taking every TPK-th chunk of 8 values.
+    const int TPK = TANDEM_FA_THREADS / KT;
+    const int sj = t / TPK;
+    const int part = t & (TPK - 1);
+    const int dk_chunks = s.dk >> 3;
+
+    for (int j0 = j_begin; j0 < j_end; j0 += KT) {
+        const int n = min(KT, j_end - j0);
+        const int buf = pipe ? ((j0 - j_begin) / KT) & 1 : 0;
+        u8* ks = tandem_fa_smem + buf * tile_bytes;
+        u8* vs = ks + KT * s.k_ss;
+        if (pipe) {
+            // The next tile's copies go out now and land while this one is computed.
+            const int j1 = j0 + KT;
+            if (j1 < j_end) {
+                const int n1 = min(KT, j_end - j1);
+                u8* kn = tandem_fa_smem + (buf ^ 1) * tile_bytes;
+                tandem_fa_stage_async(kn, kbase + j1 * s.nbk[1], s.nbk[1], n1, s.k_bytes, s.k_ss, s.k_word);
+                tandem_fa_stage_async(kn + KT * s.k_ss, vbase + j1 * s.nbv[1], s.nbv[1], n1, s.v_bytes, s.v_ss,
+                                      s.v_word);
+                tandem_fa_commit();
+                tandem_fa_wait<1>();
+            } else {
+                tandem_fa_wait<0>();
+            }
+        } else {
+            // 1. Bias of the mask; skip a tile that no row sees before reading any of it.
+            if (s.has_mask) {
+                int live = 0;
+                for (int e = t; e < R * KT; e += TANDEM_FA_THREADS) {
+                    const int r = e / KT, j = e - r * KT;
+                    float b = -TANDEM_INF;
+                    if (j < n && moff_s[r] >= 0) {
+                        const float mv = tandem_f16_to_f32(*(const u16*)(mask + moff_s[r] + (i64)(j0 + j) * 2));
+                        b = mv == -TANDEM_INF ? -TANDEM_INF : slope_s[r] * mv;
+                    }
+                    live |= b != -TANDEM_INF;
+                    sc[e] = b;
+                }
+                if (!__syncthreads_or(live)) {
+                    continue;
+                }
+            }
+            // 2. K and V rows as stored.
+            tandem_fa_stage_rows(ks, kbase + j0 * s.nbk[1], s.nbk[1], n, s.k_bytes, s.k_ss, s.k_word);
+            tandem_fa_stage_rows(vs, vbase + j0 * s.nbv[1], s.nbv[1], n, s.v_bytes, s.v_ss, s.v_word);
+        }
+        // Pipelined: the mask entries this thread writes, loaded ahead of the barrier and kept as
+        // their bits, so nothing waits for them before the dot products are done.
+        u16 mb[MAXR];
+#pragma unroll
+        for (int r = 0; r < MAXR; ++r) {
+            mb[r] = 0;
+            if (pipe && (EXACT || r < R) && (r & (TPK - 1)) == part && sj < n && moff_s[r] >= 0) {
+                mb[r] = *(const u16*)(mask + moff_s[r] + (i64)(j0 + sj) * 2);
+            }
+        }
+        __syncthreads();
+
+        // 3. Scores.
+        float dot[MAXR];
+#pragma unroll
+        for (int r = 0; r < MAXR; ++r) {
+            dot[r] = 0.0f;
+        }
+        if (sj < n) {
+            const u8* krow = ks + sj * s.k_ss;
+            for (int c = part; c < dk_chunks; c += TPK) {
+                float kv[8];
+                tandem_fa_row8(kty, krow, c * 8, kv);
+#pragma unroll
+                for (int r = 0; r < MAXR; ++r) {
+                    if (EXACT || r < R) {
+                        const float4 a = *(const float4*)(qs + r * s.dk + c * 8);
+                        const float4 b = *(const float4*)(qs + r * s.dk + c * 8 + 4);
+                        dot[r] += a.x * kv[0] + a.y * kv[1] + a.z * kv[2] + a.w * kv[3] + b.x * kv[4] + b.y * kv[5] +
+                                  b.z * kv[6] + b.w * kv[7];
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < MAXR; ++r) {
+            if (EXACT || r < R) {
+                for (int o = TPK >> 1; o > 0; o >>= 1) {
+                    dot[r] += __shfl_xor(dot[r], o);
+                }
+                if ((r & (TPK - 1)) == part) {
+                    float bias;
+                    if (sj >= n) {
+                        bias = -TANDEM_INF;
+                    } else if (!pipe) {
+                        bias = s.has_mask ? sc[r * KT + sj] : 0.0f;
+                    } else if (qi_s[r] < 0) {
+                        bias = -TANDEM_INF;
+                    } else {
+                        const float mv = tandem_f16_to_f32(mb[r]);
+                        bias = mv == -TANDEM_INF ? -TANDEM_INF : slope_s[r] * mv;
+                    }
+                    float x = dot[r];
+                    if (s.softcap != 0.0f) {
+                        x = s.softcap * tanhf(x);
+                    }
+                    sc[r * KT + sj] = bias == -TANDEM_INF ? -TANDEM_INF : x + bias;
+                }
+            }
+        }
+        __syncthreads();
+
+        // 4. Online softmax, one wave per row.
+        const int lane = t % warpSize, wave = t / warpSize, waves = TANDEM_FA_THREADS / warpSize;
+        for (int r = wave; r < R; r += waves) {
+            float mx = -TANDEM_INF;
+            for (int j = lane; j < KT; j += warpSize) {
+                mx = fmaxf(mx, sc[r * KT + j]);
+            }
+            mx = tandem_wave_max(mx);
+            const float m_old = m_s[r];
+            const float m_new = fmaxf(m_old, mx);
+            float sum = 0.0f;
+            for (int j = lane; j < KT; j += warpSize) {
+                const float x = sc[r * KT + j];
+                const float p = (m_new == -TANDEM_INF || x == -TANDEM_INF) ? 0.0f : expf(x - m_new);
+                sc[r * KT + j] = p;
+                sum += p;
+            }
+            sum = tandem_wave_sum(sum);
+            if (lane == 0) {
+                const float alpha = m_old == -TANDEM_INF ? 0.0f : expf(m_old - m_new);
+                l_s[r] = l_s[r] * alpha + sum;
+                m_s[r] = m_new;
+                a_s[r] = alpha;
+            }
+        }
+        __syncthreads();
+
+        // 5. p · V.
+        if (out_active) {
+#pragma unroll
+            for (int i = 0; i < OROWS; ++i) {
+                const int r = org + i * RG;
+                if (EXACT || r < R) {
+                    const float alpha = a_s[r];
+#pragma unroll
+                    for (int c = 0; c < 8; ++c) {
+                        acc[i][c] *= alpha;
+                    }
+                }
+            }
+            for (int j = okg; j < n; j += s.kv_groups) {
+                float vv[8];
+                tandem_fa_row8(vty, vs + j * s.v_ss, oc * 8, vv);
+#pragma unroll
+                for (int i = 0; i < OROWS; ++i) {
+                    const int r = org + i * RG;
+                    if (EXACT || r < R) {
+                        const float p = sc[r * KT + j];
+#pragma unroll
+                        for (int c = 0; c < 8; ++c) {
+                            acc[i][c] += p * vv[c];
+                        }
+                    }
+                }
+            }
+        }
+        __syncthreads();
+    }
+
+    // The kv groups' sums of each row, added in a fixed order in the K/V area.
+    float* o_s = (float*)tandem_fa_smem;  // [R][dv]
+    for (int g = 0; g < s.kv_groups; ++g) {
+        if (out_active && okg == g) {
+#pragma unroll
+            for (int i = 0; i < OROWS; ++i) {
+                const int r = org + i * RG;
+                if (EXACT || r < R) {
+                    float* o = o_s + r * s.dv + oc * 8;
+#pragma unroll
+                    for (int c = 0; c < 8; ++c) {
+                        o[c] = g == 0 ? acc[i][c] : o[c] + acc[i][c];
+                    }
+                }
+            }
+        }
+        __syncthreads();
+    }
+
+    for (int e = t; e < R * s.dv; e += TANDEM_FA_THREADS) {
+        const int r = e / s.dv, c = e - r * s.dv;
+        const int qi = qi_s[r];
+        if (qi < 0) {
+            continue;
+        }
+        const int h = h_s[r];
+        float o = o_s[e];
+        if (s.n_splits == 1) {
+            float m = m_s[r], l = l_s[r];
+            if (s.has_sinks) {
+                const float sink = *(const float*)(sinks + h * s.nbsink);
+                const float mm = fmaxf(m, sink);
+                const float w = m == -TANDEM_INF ? 0.0f : expf(m - mm);
+                l = l * w + expf(sink - mm);
+                o *= w;
+            }
+            *(float*)(dst + (i64)c * 4 + h * s.nbd[1] + qi * s.nbd[2] + seq * s.nbd[3]) = l > 0.0f ? o / l : 0.0f;
+        } else {
+            const i64 row = ((i64)seq * s.n_head_kv + kvh) * group_rows + row0 + r;
+            float* part_out = partial + (row * s.n_splits + split) * (i64)(s.dv + 4);
+            part_out[c] = o;
+            if (c == 0) {
+                part_out[s.dv] = m_s[r];
+                part_out[s.dv + 1] = l_s[r];
+            }
+        }
+    }
+}
+
+#define TANDEM_FA_PARAMS                                                                                   \
+    const char *q, const char *k, const char *v, const char *mask, const char *sinks, char *dst, float *partial, \
+        tandem_fa_shape s
+#define TANDEM_FA_ARGS q, k, v, mask, sinks, dst, partial, s
+#define TANDEM_FA_SMALL __launch_bounds__(TANDEM_FA_THREADS, TANDEM_FA_SMALL_BLOCKS)
+
+// Decode: f16 K/V, q8_0 K/V, and any other pair (types read from the shape), 4, 8 or 16 rows.
+extern "C" __global__ void TANDEM_FA_SMALL tandem_fa_f16_r4(TANDEM_FA_PARAMS) {
+    tandem_fa_tile<TANDEM_FA_F16, TANDEM_FA_F16, 4, true, 4>(TANDEM_FA_ARGS);
+}
+extern "C" __global__ void TANDEM_FA_SMALL tandem_fa_f16_r8(TANDEM_FA_PARAMS) {
+    tandem_fa_tile<TANDEM_FA_F16, TANDEM_FA_F16, 8, true, 4>(TANDEM_FA_ARGS);
+}
+extern "C" __global__ void TANDEM_FA_SMALL tandem_fa_f16_r16(TANDEM_FA_PARAMS) {
+    tandem_fa_tile<TANDEM_FA_F16, TANDEM_FA_F16, 16, true, 4>(TANDEM_FA_ARGS);
+}
+extern "C" __global__ void TANDEM_FA_SMALL tandem_fa_q8_0_r4(TANDEM_FA_PARAMS) {
+    tandem_fa_tile<TANDEM_FA_Q8_0, TANDEM_FA_Q8_0, 4, true, 4>(TANDEM_FA_ARGS);
+}
+extern "C" __global__ void TANDEM_FA_SMALL tandem_fa_q8_0_r8(TANDEM_FA_PARAMS) {
+    tandem_fa_tile<TANDEM_FA_Q8_0, TANDEM_FA_Q8_0, 8, true, 4>(TANDEM_FA_ARGS);
+}
+extern "C" __global__ void TANDEM_FA_SMALL tandem_fa_q8_0_r16(TANDEM_FA_PARAMS) {
+    tandem_fa_tile<TANDEM_FA_Q8_0, TANDEM_FA_Q8_0, 16, true, 4>(TANDEM_FA_ARGS);
+}
+extern "C" __global__ void TANDEM_FA_SMALL tandem_fa_any_r4(TANDEM_FA_PARAMS) {
+    tandem_fa_tile<-1, -1, 4, true, 4>(TANDEM_FA_ARGS);
+}
+extern "C" __global__ void TANDEM_FA_SMALL tandem_fa_any_r8(TANDEM_FA_PARAMS) {
+    tandem_fa_tile<-1, -1, 8, true, 4>(TANDEM_FA_ARGS);
+}
+extern "C" __global__ void TANDEM_FA_SMALL tandem_fa_any_r16(TANDEM_FA_PARAMS) {
+    tandem_fa_tile<-1, -1, 16, true, 4>(TANDEM_FA_ARGS);
+}
+// Prefill and every other shape: up to 32 rows, as many as the shape's `rows`.
+extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS) tandem_fa_f16_l(TANDEM_FA_PARAMS) {
+    tandem_fa_tile<TANDEM_FA_F16, TANDEM_FA_F16, TANDEM_FA_LARGE_ROWS, false, 8>(TANDEM_FA_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS) tandem_fa_q8_0_l(TANDEM_FA_PARAMS) {
+    tandem_fa_tile<TANDEM_FA_Q8_0, TANDEM_FA_Q8_0, TANDEM_FA_LARGE_ROWS, false, 8>(TANDEM_FA_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS) tandem_fa_any_l(TANDEM_FA_PARAMS) {
+    tandem_fa_tile<-1, -1, TANDEM_FA_LARGE_ROWS, false, 8>(TANDEM_FA_ARGS);
+}
+
+// Combines the splits of each row: weights exp(m_i - M) over the splits' maxima (and the sink),
+// sum = Σ w_i l_i (+ exp(sink - M)), out = Σ w_i o_i / sum. A split's sums are dv + 4 floats (o,
+// then m and l). Block (row, y) writes columns [32 y, 32 y + 32): eight lanes over four columns
+// each, sixteen groups of them sharing the splits out and adding up their parts in shared memory.
+extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS)
+tandem_fa_reduce(const float* partial, const char* sinks, char* dst, tandem_fa_shape s) {
+    __shared__ float w_s[1024];
+    __shared__ __align__(16) float o_s[16][32];
+    __shared__ float slots[TANDEM_FA_THREADS / 16 + 1];
+    const int group_rows = s.group * s.n_q;
+    const i64 row = blockIdx.x;
+    const int rr = (int)(row % group_rows);
+    const int kvh = (int)((row / group_rows) % s.n_head_kv);
+    const int seq = (int)(row / ((i64)group_rows * s.n_head_kv));
+    const int h = kvh * s.group + rr / s.n_q, qi = rr % s.n_q;
+    const int stride = s.dv + 4;
+    const float* part = partial + row * s.n_splits * (i64)stride;
+    const int t = threadIdx.x, lane = t % warpSize, wave = t / warpSize;
+    const int waves = TANDEM_FA_THREADS / warpSize;
+
+    float mx = -TANDEM_INF;
+    for (int i = t; i < s.n_splits; i += TANDEM_FA_THREADS) {
+        mx = fmaxf(mx, part[(i64)i * stride + s.dv]);
+    }
+    mx = tandem_wave_max(mx);
+    if (lane == 0) {
+        slots[wave] = mx;
+    }
+    __syncthreads();
+    float big = -TANDEM_INF;
+    for (int w = 0; w < waves; ++w) {
+        big = fmaxf(big, slots[w]);
+    }
+    float sink = -TANDEM_INF;
+    if (s.has_sinks) {
+        sink = *(const float*)(sinks + h * s.nbsink);
+        big = fmaxf(big, sink);
+    }
+    __syncthreads();
+    float l = 0.0f;
+    for (int i = t; i < s.n_splits; i += TANDEM_FA_THREADS) {
+        const float m = part[(i64)i * stride + s.dv];
+        const float w = m == -TANDEM_INF ? 0.0f : expf(m - big);
+        w_s[i] = w;
+        l += w * part[(i64)i * stride + s.dv + 1];
+    }
+    l = tandem_wave_sum(l);
+    if (lane == 0) {
+        slots[wave] = l;
+    }
+    __syncthreads();
+    float sum = s.has_sinks ? expf(sink - big) : 0.0f;
+    for (int w = 0; w < waves; ++w) {
+        sum += slots[w];
+    }
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+
+    const int cq = t & 7, g = t >> 3;
+    const int col = blockIdx.y * 32 + cq * 4;
+    float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (col < s.dv) {
+#pragma unroll 4
+        for (int i = g; i < s.n_splits; i += 16) {
+            const float4 x = *(const float4*)(part + (i64)i * stride + col);
+            const float w = w_s[i];
+            o.x += w * x.x;
+            o.y += w * x.y;
+            o.z += w * x.z;
+            o.w += w * x.w;
+        }
+    }
+    *(float4*)&o_s[g][cq * 4] = o;
+    __syncthreads();
+    if (t < 32 && blockIdx.y * 32 + t < s.dv) {
+        float x = 0.0f;
+        for (int i = 0; i < 16; ++i) {
+            x += o_s[i][t];
+        }
+        const int c = blockIdx.y * 32 + t;
+        *(float*)(dst + (i64)c * 4 + h * s.nbd[1] + qi * s.nbd[2] + seq * s.nbd[3]) = x * inv;
+    }
+}
