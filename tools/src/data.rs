@@ -39,7 +39,13 @@ pub fn leaf_bytes(t: &Tensor, fill: Fill, rng: &mut Pcg64, distinct_rows: usize)
         t.ty.row_size(t.ne[0])
             .ok_or_else(|| format!("leaf {}: row is not a whole number of blocks", t.describe()))?;
     let mut out = vec![0u8; row_bytes * nrows];
-    let drawn = nrows.min(distinct_rows.max(1));
+    // A causal mask differs in every row.
+    let drawn = if matches!(fill, Fill::Causal(_)) {
+        nrows
+    } else {
+        nrows.min(distinct_rows.max(1))
+    };
+    let plane_rows = t.ne[1].max(1) as usize;
     let mut vals = vec![0f32; ne0];
     let mut ints = vec![0i64; ne0];
     for r in 0..drawn {
@@ -50,7 +56,7 @@ pub fn leaf_bytes(t: &Tensor, fill: Fill, rng: &mut Pcg64, distinct_rows: usize)
                 encode_ints(t.ty, &ints, dst);
             }
             _ => {
-                float_row(fill, rng, &mut vals)?;
+                float_row(fill, rng, &mut vals, r % plane_rows)?;
                 encode_floats(t.ty, &vals, dst)?;
             }
         }
@@ -62,8 +68,18 @@ pub fn leaf_bytes(t: &Tensor, fill: Fill, rng: &mut Pcg64, distinct_rows: usize)
     Ok(out)
 }
 
-fn float_row(fill: Fill, rng: &mut Pcg64, v: &mut [f32]) -> Result<(), String> {
+/// Row `row` (within its plane) of a float leaf.
+fn float_row(fill: Fill, rng: &mut Pcg64, v: &mut [f32], row: usize) -> Result<(), String> {
     match fill {
+        Fill::Causal(offset) => {
+            for (j, x) in v.iter_mut().enumerate() {
+                *x = if j as i64 <= row as i64 + offset {
+                    0.0
+                } else {
+                    f32::NEG_INFINITY
+                };
+            }
+        }
         Fill::Uniform(lo, hi) => v.iter_mut().for_each(|x| *x = rng.random_range(lo..hi)),
         Fill::Mask(p) => {
             for (i, x) in v.iter_mut().enumerate() {
@@ -99,7 +115,7 @@ fn int_row(fill: Fill, rng: &mut Pcg64, v: &mut [i64]) -> Result<(), String> {
             v.copy_from_slice(&all[..v.len()]);
         }
         Fill::Uniform(lo, hi) => v.iter_mut().for_each(|x| *x = rng.random_range(lo..hi).round() as i64),
-        Fill::Mask(_) | Fill::Distinct => return Err("float fill on an integer tensor".into()),
+        Fill::Mask(_) | Fill::Distinct | Fill::Causal(_) => return Err("float fill on an integer tensor".into()),
     }
     Ok(())
 }

@@ -1,21 +1,37 @@
-//! FLASH_ATTN_EXT: f16/bf16/q8_0/q4_0 K and V, with and without a mask, GQA, one and several
-//! queries, sinks, logit softcap, ALiBi, and K/V as strided views of a cache.
+//! FLASH_ATTN_EXT: every K/V type ggml's CPU backend reads (f32, f16, bf16, q8_0, q4_0, q4_1,
+//! q5_0, q5_1, iq4_nl), K and V of different types, the head sizes models use (40 … 256 and
+//! DeepSeek's 576 / 512), with and without a mask (random or causal, broadcast over heads),
+//! GQA, one to many queries, sequences (q sequences broadcast over K/V ones), sinks, logit
+//! softcap, ALiBi, the precision setting, K/V as strided views of a cache, and kv lengths from 1
+//! to a few thousand (long enough for the GPU to split the kv range over blocks).
 
 use super::{Case, Fill, Setup};
 use tandem_graph::{ElemType, Op};
 
 #[derive(Clone, Copy)]
 struct FaCase {
-    kv_ty: ElemType,
+    k_ty: ElemType,
+    v_ty: ElemType,
     d: i64,
+    /// Head size of V (and of the output).
+    dv: i64,
     n_kv: i64,
     n_q: i64,
     n_head: i64,
     n_head_kv: i64,
     mask: bool,
+    /// A causal mask instead of a random one.
+    causal: bool,
+    /// Mask planes over heads (1 = broadcast to every head).
+    mask_heads: i64,
+    /// q sequences, and K/V sequences they broadcast over.
+    n_seq: i64,
+    n_seq_kv: i64,
     sinks: bool,
     softcap: f32,
     max_bias: f32,
+    /// ggml's precision param (0 default, 10 f32).
+    prec: i32,
     /// K and V stored `[d, n_head_kv, n_kv]` (a cache laid out token-major) and permuted.
     cache_view: bool,
 }
@@ -23,26 +39,52 @@ struct FaCase {
 impl FaCase {
     fn base(kv_ty: ElemType, d: i64, n_kv: i64, n_q: i64, n_head: i64, n_head_kv: i64, mask: bool) -> FaCase {
         FaCase {
-            kv_ty,
+            k_ty: kv_ty,
+            v_ty: kv_ty,
             d,
+            dv: d,
             n_kv,
             n_q,
             n_head,
             n_head_kv,
             mask,
+            causal: false,
+            mask_heads: 1,
+            n_seq: 1,
+            n_seq_kv: 1,
             sinks: false,
             softcap: 0.0,
             max_bias: 0.0,
+            prec: 0,
             cache_view: false,
         }
     }
 }
 
 fn flash_attn(c: FaCase) -> Case {
-    let mut name = format!(
-        "FLASH_ATTN_EXT(kv={},d={},n_kv={},n_q={},heads={}/{},mask={}",
-        c.kv_ty, c.d, c.n_kv, c.n_q, c.n_head, c.n_head_kv, c.mask as u8
+    let mut name = if c.k_ty == c.v_ty {
+        format!("FLASH_ATTN_EXT(kv={}", c.k_ty)
+    } else {
+        format!("FLASH_ATTN_EXT(k={},v={}", c.k_ty, c.v_ty)
+    };
+    if c.dv == c.d {
+        name += &format!(",d={}", c.d);
+    } else {
+        name += &format!(",dk={},dv={}", c.d, c.dv);
+    }
+    name += &format!(
+        ",n_kv={},n_q={},heads={}/{},mask={}",
+        c.n_kv, c.n_q, c.n_head, c.n_head_kv, c.mask as u8
     );
+    if c.causal {
+        name += ",causal";
+    }
+    if c.mask_heads != 1 {
+        name += &format!(",mask_heads={}", c.mask_heads);
+    }
+    if c.n_seq != 1 {
+        name += &format!(",seqs={}/{}", c.n_seq, c.n_seq_kv);
+    }
     if c.sinks {
         name += ",sinks";
     }
@@ -52,25 +94,33 @@ fn flash_attn(c: FaCase) -> Case {
     if c.max_bias != 0.0 {
         name += &format!(",max_bias={}", c.max_bias);
     }
+    if c.prec != 0 {
+        name += &format!(",prec={}", c.prec);
+    }
     if c.cache_view {
         name += ",cache_view";
     }
     name.push(')');
-    let flops = 4.0 * (c.d * c.n_kv * c.n_q * c.n_head) as f64;
+    let flops = 2.0 * ((c.d + c.dv) * c.n_kv * c.n_q * c.n_head * c.n_seq) as f64;
     Case::new(Op::FlashAttnExt, name, move |s: &mut Setup| {
-        let q = s.input(ElemType::F32, &[c.d, c.n_q, c.n_head])?;
+        let q = s.input(ElemType::F32, &[c.d, c.n_q, c.n_head, c.n_seq])?;
         let (k, v) = if c.cache_view {
-            let k0 = s.input(c.kv_ty, &[c.d, c.n_head_kv, c.n_kv])?;
-            let v0 = s.input(c.kv_ty, &[c.d, c.n_head_kv, c.n_kv])?;
+            let k0 = s.input(c.k_ty, &[c.d, c.n_head_kv, c.n_kv, c.n_seq_kv])?;
+            let v0 = s.input(c.v_ty, &[c.dv, c.n_head_kv, c.n_kv, c.n_seq_kv])?;
             (s.g.permute(k0, [0, 2, 1, 3])?, s.g.permute(v0, [0, 2, 1, 3])?)
         } else {
             (
-                s.input(c.kv_ty, &[c.d, c.n_kv, c.n_head_kv])?,
-                s.input(c.kv_ty, &[c.d, c.n_kv, c.n_head_kv])?,
+                s.input(c.k_ty, &[c.d, c.n_kv, c.n_head_kv, c.n_seq_kv])?,
+                s.input(c.v_ty, &[c.dv, c.n_kv, c.n_head_kv, c.n_seq_kv])?,
             )
         };
         let mask = if c.mask {
-            Some(s.input_with(ElemType::F16, &[c.n_kv, c.n_q], Fill::Mask(0.3))?)
+            let fill = if c.causal {
+                Fill::Causal(c.n_kv - c.n_q)
+            } else {
+                Fill::Mask(0.3)
+            };
+            Some(s.input_with(ElemType::F16, &[c.n_kv, c.n_q, c.mask_heads, 1], fill)?)
         } else {
             None
         };
@@ -80,13 +130,30 @@ fn flash_attn(c: FaCase) -> Case {
             None
         };
         let scale = 1.0 / (c.d as f32).sqrt();
-        s.g.flash_attn_ext(q, k, v, mask, sinks, scale, c.max_bias, c.softcap)
+        let out = s.g.flash_attn_ext(q, k, v, mask, sinks, scale, c.max_bias, c.softcap)?;
+        if c.prec != 0 {
+            s.g.tensor_mut(out).set_param_i32(3, c.prec);
+        }
+        Ok(out)
     })
     .with_flops(flops)
 }
 
+/// Every K/V type ggml's CPU backend reads.
+const KV_TYPES: [ElemType; 9] = [
+    ElemType::F16,
+    ElemType::BF16,
+    ElemType::Q8_0,
+    ElemType::Q4_0,
+    ElemType::Q4_1,
+    ElemType::Q5_0,
+    ElemType::Q5_1,
+    ElemType::IQ4NL,
+    ElemType::F32,
+];
+
 pub fn cases(v: &mut Vec<Case>) {
-    for kv_ty in [ElemType::F16, ElemType::BF16, ElemType::Q8_0, ElemType::Q4_0] {
+    for kv_ty in KV_TYPES {
         for d in [64, 128] {
             for n_kv in [64, 203] {
                 for n_q in [1, 4, 9] {
@@ -120,5 +187,93 @@ pub fn cases(v: &mut Vec<Case>) {
         }
         v.push(flash_attn(FaCase::base(kv_ty, 256, 40, 2, 2, 1, true)));
         v.push(flash_attn(FaCase::base(kv_ty, 64, 1, 1, 2, 2, false)));
+        // Long enough that a decode step splits the kv range over blocks, with a ragged end.
+        v.push(flash_attn(FaCase::base(kv_ty, 128, 3001, 1, 8, 2, true)));
+        v.push(flash_attn(FaCase {
+            sinks: true,
+            ..FaCase::base(kv_ty, 128, 2048, 2, 8, 2, false)
+        }));
+    }
+
+    // K and V of different types.
+    let pairs = [
+        (ElemType::Q8_0, ElemType::F16),
+        (ElemType::F16, ElemType::Q4_0),
+        (ElemType::Q5_1, ElemType::IQ4NL),
+        (ElemType::BF16, ElemType::Q5_0),
+        (ElemType::Q4_1, ElemType::F32),
+    ];
+    for (k_ty, v_ty) in pairs {
+        for (n_kv, n_q) in [(77, 1), (300, 7), (1500, 1)] {
+            v.push(flash_attn(FaCase {
+                v_ty,
+                ..FaCase::base(k_ty, 128, n_kv, n_q, 8, 2, true)
+            }));
+        }
+    }
+
+    // Head sizes: those that are not multiples of 32 only with unblocked types.
+    for d in [40, 72, 80, 96, 112, 192, 256] {
+        let mut tys = vec![ElemType::F16, ElemType::F32];
+        if d % 32 == 0 {
+            tys.extend([ElemType::Q8_0, ElemType::Q4_0]);
+        }
+        for ty in tys {
+            for (n_kv, n_q) in [(130, 1), (130, 8), (520, 3)] {
+                v.push(flash_attn(FaCase::base(ty, d, n_kv, n_q, 8, 2, true)));
+            }
+        }
+    }
+
+    // DeepSeek's MLA: K 576, V 512, every q head on one kv head.
+    for ty in [ElemType::F16, ElemType::Q8_0] {
+        for (n_kv, n_q, n_head) in [(100, 1, 16), (700, 1, 16), (64, 7, 16), (37, 2, 128)] {
+            v.push(flash_attn(FaCase {
+                dv: 512,
+                ..FaCase::base(ty, 576, n_kv, n_q, n_head, 1, true)
+            }));
+        }
+    }
+
+    // Prefill: causal masks (whole tiles masked out), many rows a kv head.
+    for ty in [ElemType::F16, ElemType::Q8_0, ElemType::Q4_0] {
+        for (n_kv, n_q) in [(200, 200), (330, 67), (64, 64)] {
+            v.push(flash_attn(FaCase {
+                causal: true,
+                ..FaCase::base(ty, 128, n_kv, n_q, 8, 2, true)
+            }));
+        }
+        v.push(flash_attn(FaCase {
+            causal: true,
+            ..FaCase::base(ty, 64, 150, 100, 16, 1, true)
+        }));
+    }
+
+    // Sequences (q sequences broadcast over K/V ones), per-head mask planes, the precision param.
+    for ty in [ElemType::F16, ElemType::Q8_0] {
+        let base = FaCase::base(ty, 64, 90, 3, 4, 2, true);
+        v.push(flash_attn(FaCase {
+            n_seq: 3,
+            n_seq_kv: 3,
+            ..base
+        }));
+        v.push(flash_attn(FaCase {
+            n_seq: 4,
+            n_seq_kv: 2,
+            ..base
+        }));
+        v.push(flash_attn(FaCase { mask_heads: 4, ..base }));
+        v.push(flash_attn(FaCase {
+            mask_heads: 2,
+            max_bias: 4.0,
+            ..base
+        }));
+        v.push(flash_attn(FaCase { prec: 10, ..base }));
+        v.push(flash_attn(FaCase {
+            cache_view: true,
+            n_seq: 2,
+            n_seq_kv: 2,
+            ..base
+        }));
     }
 }

@@ -31,6 +31,9 @@ pub enum Fill {
     Mask(f32),
     /// A random permutation of evenly spaced values per row: no ties, so sort orders are unique.
     Distinct,
+    /// A causal attention mask: entry `j` of row `i` (within each plane) is 0 where
+    /// `j <= i + offset` and `-inf` after, as llama.cpp masks a prompt `offset` tokens deep.
+    Causal(i64),
 }
 
 /// The graph under construction plus the fill of every leaf that is not the default.

@@ -23,7 +23,12 @@ fn mul_mat(ty: ElemType, m: i64, k: i64, n: i64) -> Case {
 }
 
 fn flash_attn_decode(kv_ty: ElemType, n_kv: i64, n_q: i64) -> Case {
-    let (d, h, h_kv) = (128, 32, 8);
+    flash_attn_heads(kv_ty, 128, n_kv, n_q, 32, 8)
+}
+
+/// Flash attention over `n_kv` cached rows with an all-visible mask (a decode step, or a prompt
+/// of `n_q` tokens at that depth).
+fn flash_attn_heads(kv_ty: ElemType, d: i64, n_kv: i64, n_q: i64, h: i64, h_kv: i64) -> Case {
     let name = format!("FLASH_ATTN_EXT(kv={kv_ty},d={d},n_kv={n_kv},n_q={n_q},heads={h}/{h_kv})");
     Case::new(Op::FlashAttnExt, name, move |s: &mut Setup| {
         let q = s.input(ElemType::F32, &[d, n_q, h])?;
@@ -205,6 +210,13 @@ pub fn cases(batched: bool) -> Vec<Case> {
         v.push(flash_attn_decode(kv, 4096, 1));
     }
     v.push(flash_attn_decode(ElemType::F16, 1024, 16));
+    // The shapes llama.cpp's CUDA backend was measured on: Llama-3-8B heads at 16K, and a
+    // 256-wide head with 16 q heads per kv head (Gemma-like) at 20K, decode and a 512-token prompt.
+    for kv in [ElemType::F16, ElemType::Q8_0] {
+        v.push(flash_attn_heads(kv, 128, 16384, 1, 32, 8));
+        v.push(flash_attn_heads(kv, 256, 20000, 1, 32, 2));
+    }
+    v.push(flash_attn_heads(ElemType::F16, 256, 20000, 512, 32, 2));
     v.push(Case::new(Op::RmsNorm, "RMS_NORM(ne=4096x1)".into(), |s| {
         let a = s.input(ElemType::F32, &[4096, 1])?;
         Ok(s.g.rms_norm(a, 1e-5))
