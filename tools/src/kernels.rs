@@ -6,6 +6,9 @@ use std::sync::Arc;
 use tandem_backend::{devices, Device};
 
 pub fn kernels(build: bool, device: Option<&str>) -> Result<bool, String> {
+    // A device that does not exist is an error even without --build: the listing would
+    // otherwise suggest it was looked at.
+    let picked = device.map(|name| pick_device(Some(name))).transpose()?;
     let catalog = tandem_backend::gpu::catalog();
     println!("kernel families: {}", catalog.len());
     for k in catalog {
@@ -14,8 +17,8 @@ pub fn kernels(build: bool, device: Option<&str>) -> Result<bool, String> {
     if !build {
         return Ok(true);
     }
-    let gpus: Vec<Arc<Device>> = match device {
-        Some(name) => vec![pick_device(Some(name))?],
+    let gpus: Vec<Arc<Device>> = match picked {
+        Some(d) => vec![d],
         None => devices()
             .into_iter()
             .filter(|d| matches!(**d, Device::Gpu(_)))
