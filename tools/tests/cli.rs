@@ -110,3 +110,67 @@ fn a_bad_pattern_is_an_error() {
     assert_eq!(o.status.code(), Some(USAGE_EXIT));
     assert!(stderr(&o).contains("bad pattern"), "{}", stderr(&o));
 }
+
+/// Every bad `TANDEM_*` value is one warning line naming the variable, the value and what is
+/// used instead, and the run goes on with that.
+#[test]
+fn bad_environment_values_warn_once_and_run_on() {
+    for (var, value, says) in [
+        ("TANDEM_THREADS", "abc", "using the default (0: one per core)"),
+        ("TANDEM_THREADS", "100000", "using "),
+        ("TANDEM_HOST_DEVICE", "maybe", "using the default"),
+        ("TANDEM_STATS", "2", "using the default (off)"),
+        ("TANDEM_GRAPHS", "nope", "using the default (on)"),
+        ("TANDEM_F16_PREFILL", "banana", "using the default (auto"),
+        ("TANDEM_DISABLE_DISPATCH", "zzz", "matches no registration"),
+    ] {
+        let o = run(&["info"], &[(var, value)]);
+        assert_eq!(o.status.code(), Some(0), "{var}={value}: {}", stderr(&o));
+        let e = stderr(&o);
+        let warnings: Vec<&str> = e.lines().filter(|l| l.starts_with("tandem: warning:")).collect();
+        assert_eq!(warnings.len(), 1, "{var}={value}: {e}");
+        assert!(
+            warnings[0].contains(var) && warnings[0].contains(value) && warnings[0].contains(says),
+            "{var}={value}: {}",
+            warnings[0]
+        );
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            out.lines().any(|l| l.trim_start().starts_with(var)),
+            "{var} not shown by info"
+        );
+    }
+}
+
+/// A thread count far above the machine's is clamped: the harness still runs (100000 threads
+/// aborted the process).
+#[test]
+fn a_huge_thread_count_runs_clamped() {
+    let o = run(&["test-ops", "-o", "ADD", "-p", "ADD"], &[("TANDEM_THREADS", "100000")]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).contains("TANDEM_THREADS=100000 is above"), "{}", stderr(&o));
+}
+
+/// `info` shows each setting's source.
+#[test]
+fn info_shows_values_and_sources() {
+    let o = run(&["info"], &[("TANDEM_STATS", "yes")]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let line = |var: &str| {
+        out.lines()
+            .find(|l| l.trim_start().starts_with(var))
+            .unwrap_or("")
+            .to_string()
+    };
+    assert!(line("TANDEM_STATS").ends_with("on (env)"), "{}", line("TANDEM_STATS"));
+    assert!(
+        line("TANDEM_GRAPHS").ends_with("on (default)"),
+        "{}",
+        line("TANDEM_GRAPHS")
+    );
+    assert!(
+        line("TANDEM_THREADS").ends_with("(default)"),
+        "{}",
+        line("TANDEM_THREADS")
+    );
+}

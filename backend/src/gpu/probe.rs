@@ -37,7 +37,9 @@ impl RuntimeChoice {
             Ok(c) => (c, None),
             Err(bad) => (
                 RuntimeChoice::Auto,
-                Some(format!("TANDEM_RUNTIME={bad} is not auto|cuda|hip|none; using auto")),
+                Some(format!(
+                    "TANDEM_RUNTIME={bad:?} is not auto, cuda, hip or none; using the default (auto)"
+                )),
             ),
         }
     }
