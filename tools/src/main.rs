@@ -10,6 +10,7 @@ mod info;
 mod kernels;
 mod peer_report;
 mod perf;
+mod progress;
 mod report;
 mod run;
 mod support;
