@@ -126,21 +126,22 @@ check_amd() {
         units+=("$(basename "$k" .hip)|$k|")
     done
     units+=("mma-wmma|$src/mma.hip|-DTANDEM_WMMA_ENTRIES")
+    # shellcheck disable=SC2206 # the arch list is split on spaces on purpose
     local archs=($amd_archs)
-    local total=$((${#archs[@]} * ${#units[@]})) done=0 t0=$SECONDS
+    local total=$((${#archs[@]} * ${#units[@]})) n_done=0 t0=$SECONDS
     echo "check-kernels: amd: $total compiles (${#units[@]} units × ${#archs[@]} archs), about 0.5 s to a few s each"
     for arch in $amd_archs; do
         for unit in "${units[@]}"; do
             local name k opts
             IFS='|' read -r name k opts <<<"$unit"
-            done=$((done + 1))
+            n_done=$((n_done + 1))
             # shellcheck disable=SC2086 # opts holds whole compiler options
             if clang++-19 -x hip -std=c++17 -O3 -Werror --offload-arch="$arch" --cuda-device-only \
                 --no-gpu-bundle-output --rocm-path=/usr --rocm-device-lib-path="$libs" -I "$src" $opts \
                 -c "$k" -o "$work/$name.$arch.o" 2>"$work/$name.$arch.log"; then
-                echo "check-kernels: [$done/$total, $((SECONDS - t0)) s] ok   amd $arch $name"
+                echo "check-kernels: [$n_done/$total, $((SECONDS - t0)) s] ok   amd $arch $name"
             else
-                echo "check-kernels: [$done/$total, $((SECONDS - t0)) s] FAIL amd $arch $name"
+                echo "check-kernels: [$n_done/$total, $((SECONDS - t0)) s] FAIL amd $arch $name"
                 sed 's/^/    /' "$work/$name.$arch.log"
                 bad=1
             fi
@@ -168,7 +169,7 @@ elif ! check_nvidia; then
 fi
 
 if [[ "$skip" == amd ]]; then
-    echo "check-kernels: SKIP amd (CHECK_KERNELS_SKIP=amd)"
+    echo "check-kernels: SKIP amd (CHECK_KERNELS_SKIP=amd; scripts/test.sh sets it for TANDEM_SKIP_AMD_CHECK=1)"
 else
     rc=0
     check_amd || rc=$?
