@@ -32,6 +32,7 @@ wheel_file() {
     local wheel="$1" site="$work/$2"
     shift 2
     if [[ ! -f "$site/.installed-$wheel" ]]; then
+        echo "check-kernels: nvidia: downloading $wheel from PyPI into $site" >&2
         rm -rf "$site"
         if ! python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps --target "$site" \
             "$wheel"; then
@@ -52,7 +53,7 @@ wheel_file() {
 check_nvidia() {
     local lib
     lib="$(wheel_file "$nvrtc_wheel" nvrtc-wheel -name 'libnvrtc.so.*' ! -name '*builtins*')" || return 1
-    echo "check-kernels: nvidia $nvidia_arch with $lib"
+    echo "check-kernels: nvidia $nvidia_arch with $lib (builds tandem-backend's tests first)"
     # TANDEM_REQUIRE_NVRTC turns the test's "NVRTC not found" skip into a failure.
     (cd "$root" && TANDEM_NVRTC="$lib" TANDEM_REQUIRE_NVRTC=1 TANDEM_CHECK_NVIDIA_ARCH="$nvidia_arch" \
         cargo test --quiet -p tandem-backend --lib gpu::check::tests::catalog_compiles_with_nvrtc \
@@ -73,8 +74,15 @@ ensure_clang() {
         return 0
     fi
     if [[ "${CHECK_KERNELS_INSTALL:-0}" == 1 ]]; then
-        apt-get update -qq
-        apt-get install -y -qq --no-install-recommends clang-19 lld-19 libamdhip64-dev rocm-device-libs >/dev/null
+        local sudo=""
+        if [[ "$(id -u)" -ne 0 ]] && command -v sudo >/dev/null; then
+            sudo=sudo
+        fi
+        echo "check-kernels: amd: installing clang-19 lld-19 libamdhip64-dev rocm-device-libs" \
+            "(about 230 MB with their dependencies)"
+        $sudo apt-get update -qq
+        $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            clang-19 lld-19 libamdhip64-dev rocm-device-libs >/dev/null
         return 0
     fi
     return 1
@@ -118,17 +126,22 @@ check_amd() {
         units+=("$(basename "$k" .hip)|$k|")
     done
     units+=("mma-wmma|$src/mma.hip|-DTANDEM_WMMA_ENTRIES")
+    # shellcheck disable=SC2206 # the arch list is split on spaces on purpose
+    local archs=($amd_archs)
+    local total=$((${#archs[@]} * ${#units[@]})) n_done=0 t0=$SECONDS
+    echo "check-kernels: amd: $total compiles (${#units[@]} units × ${#archs[@]} archs), about 0.5 s to a few s each"
     for arch in $amd_archs; do
         for unit in "${units[@]}"; do
             local name k opts
             IFS='|' read -r name k opts <<<"$unit"
+            n_done=$((n_done + 1))
             # shellcheck disable=SC2086 # opts holds whole compiler options
             if clang++-19 -x hip -std=c++17 -O3 -Werror --offload-arch="$arch" --cuda-device-only \
                 --no-gpu-bundle-output --rocm-path=/usr --rocm-device-lib-path="$libs" -I "$src" $opts \
                 -c "$k" -o "$work/$name.$arch.o" 2>"$work/$name.$arch.log"; then
-                echo "check-kernels: ok   amd $arch $name"
+                echo "check-kernels: [$n_done/$total, $((SECONDS - t0)) s] ok   amd $arch $name"
             else
-                echo "check-kernels: FAIL amd $arch $name"
+                echo "check-kernels: [$n_done/$total, $((SECONDS - t0)) s] FAIL amd $arch $name"
                 sed 's/^/    /' "$work/$name.$arch.log"
                 bad=1
             fi
@@ -136,6 +149,7 @@ check_amd() {
     done
     # The runtime path too: hiprtc through tandem's loader, with the runtime's header and options.
     # Debian's hiprtc (ROCm 5.2) crashes on gfx11, so it checks gfx1030 only.
+    echo "check-kernels: amd gfx1030 through hiprtc (every family)"
     if (cd "$root" && TANDEM_CHECK_HIPRTC_ARCH=gfx1030 cargo test --quiet -p tandem-backend --lib \
         gpu::check::tests::catalog_compiles_with_hiprtc_when_asked -- --exact --nocapture \
         >"$work/hiprtc.log" 2>&1); then
@@ -155,7 +169,7 @@ elif ! check_nvidia; then
 fi
 
 if [[ "$skip" == amd ]]; then
-    echo "check-kernels: SKIP amd (CHECK_KERNELS_SKIP=amd)"
+    echo "check-kernels: SKIP amd (CHECK_KERNELS_SKIP=amd; scripts/test.sh sets it for TANDEM_SKIP_AMD_CHECK=1)"
 else
     rc=0
     check_amd || rc=$?

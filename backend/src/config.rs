@@ -2,8 +2,9 @@
 
 use std::sync::OnceLock;
 
-/// `TANDEM_F16_PREFILL`: `0` / `false` never, `1` / `true` at every prefill shape, unset (or
-/// anything else) only where it is much the faster ([`F16Prefill::Wide`]).
+/// `TANDEM_F16_PREFILL`: `0` / `false` never, `1` / `true` at every prefill shape, unset or
+/// `auto` only where it is much the faster ([`F16Prefill::Wide`]; other values warn and mean
+/// that too).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum F16Prefill {
     Never,
@@ -12,6 +13,41 @@ pub enum F16Prefill {
     /// where with fewer columns it saves less than a tenth (docs/performance.md).
     Wide,
     Always,
+}
+
+/// Where a setting's value came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The variable was set to a value that parsed.
+    Env,
+    /// Unset, empty, or set to a value that did not parse (then with a warning).
+    Default,
+}
+
+/// One variable as read, for `tandem info`: its value in words and where it came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Setting {
+    pub name: &'static str,
+    pub value: String,
+    pub source: Source,
+}
+
+/// A boolean value: `1`/`true`/`on`/`yes` or `0`/`false`/`off`/`no`, any case, spaces around
+/// ignored; `None` for anything else.
+pub fn parse_bool(v: &str) -> Option<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "on" | "yes" => Some(true),
+        "0" | "false" | "off" | "no" => Some(false),
+        _ => None,
+    }
+}
+
+/// The most CPU worker threads `TANDEM_THREADS` (and `ggml_backend_set_n_threads`) may ask for:
+/// four per logical CPU, at most 1024. More only adds contention, and each thread reserves a
+/// stack: 100000 of them aborted the process.
+pub fn max_threads() -> usize {
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    (4 * cpus).min(1024)
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,51 +84,128 @@ pub struct Config {
     /// same addresses) into a device graph (a CUDA graph) and from then on replays it with one
     /// launch; off, every run queues its kernels one by one.
     pub graphs: bool,
+    /// `TANDEM_CPU_SCALAR` (read again by `tandem_ops::simd`, which cannot see this crate).
+    pub cpu_scalar: bool,
+    /// Every variable above as read, in the order of `docs/env-vars.md`.
+    pub settings: Vec<Setting>,
+    /// One line per variable whose value was not understood or was out of bounds.
+    pub warnings: Vec<String>,
 }
 
 impl Config {
-    /// Reads the variables from `get` (the process environment in [`Config::get`]).
+    /// Reads the variables from `get` (the process environment in [`Config::get`]). A value
+    /// that does not parse, or lies out of bounds, leaves the default (or the bound) in effect
+    /// and adds a line to `warnings` naming the variable, the value and what is used instead.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Config {
-        let flag = |name: &str| get(name).is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
-        let on_unless_off =
-            |name: &str| get(name).is_none_or(|v| !(v.trim() == "0" || v.trim().eq_ignore_ascii_case("false")));
-        Config {
-            host_device: get("TANDEM_HOST_DEVICE").map(|v| v == "1" || v.eq_ignore_ascii_case("true")),
-            threads: get("TANDEM_THREADS").and_then(|v| v.trim().parse().ok()).unwrap_or(0),
-            disable_dispatch: get("TANDEM_DISABLE_DISPATCH")
-                .map(|v| {
-                    v.split(',')
+        let mut r = Reader {
+            get: &get,
+            settings: Vec::new(),
+            warnings: Vec::new(),
+        };
+        let host_device = r.parse(
+            "TANDEM_HOST_DEVICE",
+            "a boolean (1/0, true/false, on/off, yes/no)",
+            parse_bool,
+            "unset: offered only when no GPU is found",
+            |v| if *v { "on: always offered" } else { "off: hidden" }.to_string(),
+        );
+        let threads = r.threads();
+        let disable_dispatch: Vec<String> = r
+            .parse(
+                "TANDEM_DISABLE_DISPATCH",
+                "a comma-separated list of names",
+                |v| {
+                    let list: Vec<String> = v
+                        .split(',')
                         .map(|s| s.trim().to_string())
                         .filter(|s| !s.is_empty())
-                        .collect()
-                })
-                .unwrap_or_default(),
-            log_dispatch: flag("TANDEM_LOG_DISPATCH"),
-            stats: flag("TANDEM_STATS"),
-            f16_prefill: match get("TANDEM_F16_PREFILL")
-                .map(|v| v.trim().to_ascii_lowercase())
-                .as_deref()
-            {
-                Some("0" | "false") => F16Prefill::Never,
-                Some("1" | "true") => F16Prefill::Always,
-                _ => F16Prefill::Wide,
-            },
-            wmma_emulate: get("TANDEM_WMMA_EMULATE").and_then(|v| match v.trim() {
+                        .collect();
+                    Some(list)
+                },
+                "none",
+                |v: &Vec<String>| v.join(","),
+            )
+            .unwrap_or_default();
+        let log_dispatch = r.flag("TANDEM_LOG_DISPATCH", false);
+        let stats = r.flag("TANDEM_STATS", false);
+        let f16_prefill = r
+            .parse(
+                "TANDEM_F16_PREFILL",
+                "0/false/off/no, 1/true/on/yes or auto",
+                |v| match v.trim().to_ascii_lowercase().as_str() {
+                    "auto" => Some(F16Prefill::Wide),
+                    other => parse_bool(other).map(|b| if b { F16Prefill::Always } else { F16Prefill::Never }),
+                },
+                "auto: past 128 columns",
+                |v| {
+                    match v {
+                        F16Prefill::Never => "never",
+                        F16Prefill::Wide => "auto: past 128 columns",
+                        F16Prefill::Always => "every prefill shape",
+                    }
+                    .to_string()
+                },
+            )
+            .unwrap_or(F16Prefill::Wide);
+        let dependent_launch = r.flag("TANDEM_DEPENDENT_LAUNCH", true);
+        let early_activations = r.flag("TANDEM_EARLY_ACTIVATIONS", true);
+        let graphs = r.flag("TANDEM_GRAPHS", true);
+        let wmma_emulate = r.parse(
+            "TANDEM_WMMA_EMULATE",
+            "9, 11 or 12",
+            |v| match v.trim() {
                 "9" => Some(9),
                 "11" => Some(11),
                 "12" => Some(12),
                 _ => None,
-            }),
-            dependent_launch: on_unless_off("TANDEM_DEPENDENT_LAUNCH"),
-            early_activations: on_unless_off("TANDEM_EARLY_ACTIVATIONS"),
-            graphs: on_unless_off("TANDEM_GRAPHS"),
+            },
+            "unset: native tiles only",
+            |l| format!("gfx{l} layout"),
+        );
+        let cpu_scalar = r.flag("TANDEM_CPU_SCALAR", false);
+        Config {
+            host_device,
+            threads,
+            disable_dispatch,
+            log_dispatch,
+            stats,
+            f16_prefill,
+            wmma_emulate,
+            dependent_launch,
+            early_activations,
+            graphs,
+            cpu_scalar,
+            settings: r.settings,
+            warnings: r.warnings,
         }
+    }
+
+    /// Warnings for `TANDEM_DISABLE_DISPATCH` entries that are no prefix of any of `names` (the
+    /// registrations and the switches the launchers ask about): they disable nothing, which is
+    /// most likely a typo.
+    pub fn unmatched_disables(&self, names: &[&str]) -> Vec<String> {
+        self.disable_dispatch
+            .iter()
+            .filter(|d| !names.iter().any(|n| n.starts_with(d.as_str())))
+            .map(|d| {
+                format!(
+                    "TANDEM_DISABLE_DISPATCH entry '{d}' matches no registration or switch (`tandem info` lists them); it disables nothing"
+                )
+            })
+            .collect()
     }
 
     /// The process-wide settings, read on first use.
     pub fn get() -> &'static Config {
         static C: OnceLock<Config> = OnceLock::new();
-        C.get_or_init(|| Config::from_lookup(|k| std::env::var(k).ok()))
+        C.get_or_init(|| {
+            let c = Config::from_lookup(|k| std::env::var(k).ok());
+            let names = crate::gpu::registry::disable_names();
+            for w in c.warnings.iter().chain(&c.unmatched_disables(&names)) {
+                eprintln!("tandem: warning: {w}");
+            }
+            c
+        })
     }
 
     /// Whether registration `name` is disabled by exact name or prefix.
@@ -100,6 +213,86 @@ impl Config {
         self.disable_dispatch
             .iter()
             .any(|d| name == d || name.starts_with(d.as_str()))
+    }
+}
+
+/// Reads variables one by one, recording each as a [`Setting`] and each value it cannot use as
+/// a warning.
+struct Reader<'a, F: Fn(&str) -> Option<String>> {
+    get: &'a F,
+    settings: Vec<Setting>,
+    warnings: Vec<String>,
+}
+
+impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
+    /// The variable's value parsed by `parse`, or `None` (the default, described as
+    /// `default`) when it is unset, empty or does not parse (`expected` says what would).
+    fn parse<T>(
+        &mut self,
+        name: &'static str,
+        expected: &str,
+        parse: impl Fn(&str) -> Option<T>,
+        default: &str,
+        show: impl Fn(&T) -> String,
+    ) -> Option<T> {
+        let raw = (self.get)(name).filter(|v| !v.trim().is_empty());
+        let parsed = raw.as_deref().map(|v| (v, parse(v)));
+        let (value, source, out) = match parsed {
+            None => (default.to_string(), Source::Default, None),
+            Some((_, Some(t))) => (show(&t), Source::Env, Some(t)),
+            Some((v, None)) => {
+                self.warnings
+                    .push(format!("{name}={v:?} is not {expected}; using the default ({default})"));
+                (default.to_string(), Source::Default, None)
+            }
+        };
+        self.settings.push(Setting { name, value, source });
+        out
+    }
+
+    /// A boolean variable with its default.
+    fn flag(&mut self, name: &'static str, default: bool) -> bool {
+        let words = |b: bool| if b { "on" } else { "off" }.to_string();
+        self.parse(
+            name,
+            "a boolean (1/0, true/false, on/off, yes/no)",
+            parse_bool,
+            &words(default),
+            |b| words(*b),
+        )
+        .unwrap_or(default)
+    }
+
+    /// `TANDEM_THREADS`: a whole number, 0 for one per core, at most [`max_threads`] (a larger
+    /// value is clamped with a warning).
+    fn threads(&mut self) -> usize {
+        let max = max_threads();
+        let asked = self.parse(
+            "TANDEM_THREADS",
+            "a whole number",
+            |v| v.trim().parse::<usize>().ok(),
+            "0: one per core",
+            |n| {
+                if *n == 0 {
+                    "0: one per core".to_string()
+                } else {
+                    n.to_string()
+                }
+            },
+        );
+        match asked {
+            Some(n) if n > max => {
+                self.warnings.push(format!(
+                    "TANDEM_THREADS={n} is above {max} (four per logical CPU, at most 1024); using {max}"
+                ));
+                if let Some(s) = self.settings.last_mut() {
+                    s.value = format!("{max} (clamped from {n})");
+                }
+                max
+            }
+            Some(n) => n,
+            None => 0,
+        }
     }
 }
 
@@ -148,5 +341,118 @@ mod tests {
         assert!(!c.is_disabled("hip.gemv_q8_0"));
         let all = Config::from_lookup(|k| (k == "TANDEM_DISABLE_DISPATCH").then(|| "hip.".into()));
         assert!(all.is_disabled("hip.softmax_f32"));
+    }
+
+    fn with(name: &str, value: &str) -> Config {
+        Config::from_lookup(|k| (k == name).then(|| value.to_string()))
+    }
+
+    fn setting<'a>(c: &'a Config, name: &str) -> &'a Setting {
+        c.settings.iter().find(|s| s.name == name).unwrap()
+    }
+
+    #[test]
+    fn booleans_take_the_usual_words_and_warn_on_others() {
+        for (v, want) in [
+            ("1", true),
+            ("TRUE", true),
+            ("on", true),
+            (" yes ", true),
+            ("0", false),
+            ("Off", false),
+            ("no", false),
+        ] {
+            assert_eq!(parse_bool(v), Some(want), "{v}");
+            let c = with("TANDEM_STATS", v);
+            assert_eq!(c.stats, want, "{v}");
+            assert!(c.warnings.is_empty(), "{v}: {:?}", c.warnings);
+            assert_eq!(setting(&c, "TANDEM_STATS").source, Source::Env);
+        }
+        for (name, v) in [
+            ("TANDEM_STATS", "2"),
+            ("TANDEM_GRAPHS", "nope"),
+            ("TANDEM_HOST_DEVICE", "maybe"),
+        ] {
+            let c = with(name, v);
+            assert_eq!(c.warnings.len(), 1, "{name}={v}");
+            let w = &c.warnings[0];
+            assert!(
+                w.starts_with(name) && w.contains(v) && w.contains("using the default"),
+                "{w}"
+            );
+            assert_eq!(setting(&c, name).source, Source::Default);
+        }
+        // The defaults stay in effect.
+        assert!(!with("TANDEM_STATS", "2").stats);
+        assert!(with("TANDEM_GRAPHS", "nope").graphs);
+        assert_eq!(with("TANDEM_HOST_DEVICE", "maybe").host_device, None);
+        assert_eq!(with("TANDEM_HOST_DEVICE", "yes").host_device, Some(true));
+        // Empty counts as unset, without a warning.
+        let c = with("TANDEM_GRAPHS", " ");
+        assert!(c.graphs && c.warnings.is_empty());
+    }
+
+    #[test]
+    fn other_bad_values_warn_and_keep_the_default() {
+        let c = with("TANDEM_F16_PREFILL", "banana");
+        assert_eq!(c.f16_prefill, F16Prefill::Wide);
+        assert!(
+            c.warnings[0].contains("TANDEM_F16_PREFILL=\"banana\""),
+            "{:?}",
+            c.warnings
+        );
+        let c = with("TANDEM_WMMA_EMULATE", "13");
+        assert_eq!((c.wmma_emulate, c.warnings.len()), (None, 1));
+        let c = with("TANDEM_THREADS", "abc");
+        assert_eq!(c.threads, 0);
+        assert!(
+            c.warnings[0].contains("TANDEM_THREADS=\"abc\" is not a whole number"),
+            "{:?}",
+            c.warnings
+        );
+        let c = with("TANDEM_THREADS", "3");
+        assert_eq!(
+            (c.threads, c.warnings.len()),
+            (3.min(max_threads()), usize::from(3 > max_threads()))
+        );
+    }
+
+    #[test]
+    fn threads_are_clamped() {
+        let max = max_threads();
+        assert!((4..=1024).contains(&max));
+        for asked in ["5000", "100000", "18446744073709551615"] {
+            let c = with("TANDEM_THREADS", asked);
+            assert_eq!(c.threads, max, "{asked}");
+            assert!(c.warnings[0].contains(&format!("using {max}")), "{:?}", c.warnings);
+            assert!(setting(&c, "TANDEM_THREADS").value.contains("clamped"));
+        }
+    }
+
+    #[test]
+    fn every_setting_is_recorded_with_its_source() {
+        let c = Config::from_lookup(|_| None);
+        assert!(c.warnings.is_empty());
+        assert!(c.settings.iter().all(|s| s.source == Source::Default));
+        assert_eq!(c.settings.len(), 11);
+        let c = with("TANDEM_DISABLE_DISPATCH", "hip.rope, hip.mma");
+        let s = setting(&c, "TANDEM_DISABLE_DISPATCH");
+        assert_eq!((s.value.as_str(), s.source), ("hip.rope,hip.mma", Source::Env));
+    }
+
+    #[test]
+    fn disable_entries_that_match_nothing_warn() {
+        let c = with("TANDEM_DISABLE_DISPATCH", "hip.rope,zzz,hip.gemv.seg");
+        let names = ["hip.rope_f32", "hip.gemv.seg.units"];
+        let w = c.unmatched_disables(&names);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("'zzz'"), "{w:?}");
+        // The real names: every switch the launchers ask about is one of them.
+        let real = crate::gpu::registry::disable_names();
+        let c = with(
+            "TANDEM_DISABLE_DISPATCH",
+            "hip.,hip.wmma,hip.mma.mmv,hip.mmid.units,hip.gemv_q4_0",
+        );
+        assert!(c.unmatched_disables(&real).is_empty());
     }
 }

@@ -101,7 +101,7 @@ pub unsafe extern "C" fn set_n_threads(backend: *mut Backend, n_threads: c_int) 
         // SAFETY: ggml resolves this function through tandem's registry and calls it with
         // tandem's backends only.
         if let Device::Host(h) = &*unsafe { ctx(backend) }.device {
-            h.set_threads(n_threads as usize);
+            h.set_threads((n_threads as usize).min(tandem_backend::config::max_threads()));
         }
     })
 }

@@ -17,7 +17,10 @@ impl CpuFeatures {
     fn detect() -> CpuFeatures {
         #[cfg(target_arch = "x86_64")]
         {
-            let scalar_only = std::env::var("TANDEM_CPU_SCALAR").is_ok_and(|v| v == "1");
+            // The booleans of tandem-backend's `parse_bool`; that crate's `Config` warns about
+            // other values.
+            let scalar_only = std::env::var("TANDEM_CPU_SCALAR")
+                .is_ok_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "on" | "yes"));
             if scalar_only {
                 return CpuFeatures::default();
             }

@@ -3,5 +3,6 @@ extern crate llama_cpp_sys_2;
 
 pub mod ggml;
 pub mod llama_run;
+pub mod logs;
 pub mod plugin;
 pub mod tiny_models;

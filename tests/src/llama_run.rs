@@ -208,6 +208,7 @@ fn with_context<T>(
                 mp.n_gpu_layers = 999;
             }
         }
+        crate::logs::quiet();
         let m = sys::llama_model_load_from_file(path.as_ptr(), mp);
         if m.is_null() {
             return Err(format!("libllama could not load {}", model.display()));

@@ -11,6 +11,8 @@ pub const PLUGIN_FILE: &str = "libggml_tandem.so";
 /// The plugin to load: `$TANDEM_PLUGIN` if set, else the cdylib cargo built beside this test
 /// binary (the tests crate depends on tandem-capi so it is always built with the tests).
 pub fn plugin_path() -> Result<PathBuf, String> {
+    // Every test that loads the plugin asks for it first: the place to quiet ggml's loader.
+    crate::logs::quiet();
     if let Ok(p) = std::env::var("TANDEM_PLUGIN") {
         let p = PathBuf::from(p);
         return if p.is_file() {

@@ -97,6 +97,7 @@ fn name(cfg: &TinyConfig) -> String {
 fn setup() -> &'static Setup {
     static SETUP: OnceLock<Setup> = OnceLock::new();
     SETUP.get_or_init(|| {
+        tandem_tests::logs::quiet();
         // SAFETY: global libllama initialisation (registers ggml's CPU backend), once.
         unsafe { sys::llama_backend_init() };
         let dir = model_dir();

@@ -35,18 +35,22 @@ pub enum Command {
     },
     /// Times model-sized op cases and compares them with the machine's read bandwidth.
     PerfOps {
+        /// Device name (see `tandem info`); default: the best device.
         #[arg(short = 'd', long)]
         device: Option<String>,
+        /// Only these ops, comma-separated (ggml names, e.g. MUL_MAT,GET_ROWS).
         #[arg(short = 'o', long)]
         ops: Option<String>,
+        /// Only cases whose name matches this regular expression.
         #[arg(short = 'p', long)]
         pattern: Option<String>,
         /// Print one JSON document instead of a table.
         #[arg(long)]
         json: bool,
-        /// Timed runs per case (after warm-up).
-        #[arg(long, default_value_t = 20)]
+        /// Timed runs per case (after warm-up); at least 1.
+        #[arg(long, default_value_t = 20, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
         reps: usize,
+        /// Seed of the random inputs.
         #[arg(long, default_value_t = 42)]
         seed: u64,
     },
@@ -79,8 +83,10 @@ pub enum Command {
     },
     /// Shows which op × type combinations the device claims.
     Support {
+        /// Device name (see `tandem info`); default: the best device.
         #[arg(short = 'd', long)]
         device: Option<String>,
+        /// Only these ops, comma-separated (ggml names).
         #[arg(short = 'o', long)]
         ops: Option<String>,
     },
@@ -89,10 +95,43 @@ pub enum Command {
     /// Lists the kernel catalog; `--build` compiles (or loads from the cache) every family for
     /// every GPU device present.
     Kernels {
+        /// Compile every family for the GPU devices (or load it from the disk cache) and print
+        /// the time each took.
         #[arg(long)]
         build: bool,
-        /// Only this device (default: every GPU device).
+        /// Only this device (default: every GPU device); must name a device `tandem info` lists.
         #[arg(short = 'd', long)]
         device: Option<String>,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every option and argument of every subcommand says what it is for.
+    #[test]
+    fn every_option_has_help() {
+        let mut missing = Vec::new();
+        let cli = Cli::command();
+        for sub in cli.get_subcommands() {
+            if sub.get_about().is_none() {
+                missing.push(sub.get_name().to_string());
+            }
+            for arg in sub.get_arguments() {
+                if arg.get_help().is_none() && !matches!(arg.get_id().as_str(), "help" | "version") {
+                    missing.push(format!("{} {}", sub.get_name(), arg.get_id()));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "no help text: {missing:?}");
+    }
+
+    #[test]
+    fn zero_reps_is_refused() {
+        let err = Cli::try_parse_from(["tandem", "perf-ops", "--reps", "0"]).unwrap_err();
+        assert!(err.to_string().contains("--reps"), "{err}");
+        assert!(Cli::try_parse_from(["tandem", "perf-ops", "--reps", "1"]).is_ok());
+    }
 }

@@ -1,7 +1,7 @@
 //! `tandem info`: devices, the GPU runtimes looked for and found, CPU features, threads, dispatch
 //! registrations and the env config.
 
-use tandem_backend::{devices, Config, DeviceKind, F16Prefill};
+use tandem_backend::{devices, Config, DeviceKind, Source};
 
 pub fn info() {
     let cfg = Config::get();
@@ -53,53 +53,53 @@ pub fn info() {
             if on { "" } else { "  [disabled]" }
         );
     }
-    println!("environment:");
-    let host = match cfg.host_device {
-        None => "unset (host device offered only when no GPU is found)".to_string(),
-        Some(true) => "1 (host device always offered)".to_string(),
-        Some(false) => "0 (host device hidden)".to_string(),
-    };
-    println!("  TANDEM_HOST_DEVICE      {host}");
     println!(
-        "  TANDEM_THREADS          {}",
-        if cfg.threads == 0 {
-            "unset (one per core)".to_string()
+        "  switches (TANDEM_DISABLE_DISPATCH names that pick among a registration's kernels): {}",
+        tandem_backend::gpu::registry::SWITCHES.join(" ")
+    );
+    println!("environment (value: source; docs/env-vars.md):");
+    for st in &cfg.settings {
+        let source = match st.source {
+            Source::Env => "env",
+            Source::Default => "default",
+        };
+        println!("  {:<24} {} ({source})", st.name, st.value);
+    }
+    // The GPU runtime's variables, read where the runtimes load.
+    let from = |name: &str| {
+        if std::env::var_os(name).is_some() {
+            "env"
         } else {
-            cfg.threads.to_string()
+            "default"
+        }
+    };
+    let report = tandem_backend::gpu::report();
+    println!(
+        "  {:<24} {} ({})",
+        "TANDEM_RUNTIME",
+        report.choice.name(),
+        if report.note.is_some() {
+            "default"
+        } else {
+            from("TANDEM_RUNTIME")
         }
     );
+    let cache = tandem_backend::gpu::KernelCache::global()
+        .dir()
+        .map_or("off".to_string(), |d| d.display().to_string());
     println!(
-        "  TANDEM_DISABLE_DISPATCH {}",
-        if cfg.disable_dispatch.is_empty() {
-            "unset".to_string()
-        } else {
-            cfg.disable_dispatch.join(",")
-        }
+        "  {:<24} {cache} ({})",
+        "TANDEM_KERNEL_CACHE",
+        from("TANDEM_KERNEL_CACHE")
     );
-    println!("  TANDEM_LOG_DISPATCH     {}", on_off(cfg.log_dispatch));
-    println!("  TANDEM_STATS            {}", on_off(cfg.stats));
-    let f16_prefill = match cfg.f16_prefill {
-        F16Prefill::Never => "never (0)",
-        F16Prefill::Wide => "past 128 columns, tiles for half the compute units (default)",
-        F16Prefill::Always => "every prefill shape (1)",
-    };
-    println!("  TANDEM_F16_PREFILL      {f16_prefill}");
-    println!("  TANDEM_DEPENDENT_LAUNCH {}", on_off(cfg.dependent_launch));
-    println!("  TANDEM_EARLY_ACTIVATIONS {}", on_off(cfg.early_activations));
-    println!("  TANDEM_GRAPHS           {}", on_off(cfg.graphs));
-    println!(
-        "  TANDEM_WMMA_EMULATE     {}",
-        cfg.wmma_emulate
-            .map_or("unset".to_string(), |l| format!("gfx{l} layout"))
-    );
-    let scalar = std::env::var("TANDEM_CPU_SCALAR").is_ok_and(|v| v == "1");
-    println!("  TANDEM_CPU_SCALAR       {}", on_off(scalar));
-}
-
-fn on_off(b: bool) -> &'static str {
-    if b {
-        "on"
-    } else {
-        "off"
+    for name in ["TANDEM_NVRTC", "TANDEM_HIPRTC"] {
+        let v = std::env::var(name).unwrap_or_else(|_| "unset: the usual locations".into());
+        println!("  {name:<24} {v} ({})", from(name));
+    }
+    for w in &cfg.warnings {
+        println!("  warning: {w}");
+    }
+    for w in cfg.unmatched_disables(&tandem_backend::gpu::registry::disable_names()) {
+        println!("  warning: {w}");
     }
 }

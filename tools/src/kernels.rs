@@ -2,10 +2,14 @@
 //! present (through the JIT disk cache, so a later start loads them instead of compiling).
 
 use crate::common::pick_device;
+use crate::progress::Progress;
 use std::sync::Arc;
 use tandem_backend::{devices, Device};
 
 pub fn kernels(build: bool, device: Option<&str>) -> Result<bool, String> {
+    // A device that does not exist is an error even without --build: the listing would
+    // otherwise suggest it was looked at.
+    let picked = device.map(|name| pick_device(Some(name))).transpose()?;
     let catalog = tandem_backend::gpu::catalog();
     println!("kernel families: {}", catalog.len());
     for k in catalog {
@@ -14,8 +18,8 @@ pub fn kernels(build: bool, device: Option<&str>) -> Result<bool, String> {
     if !build {
         return Ok(true);
     }
-    let gpus: Vec<Arc<Device>> = match device {
-        Some(name) => vec![pick_device(Some(name))?],
+    let gpus: Vec<Arc<Device>> = match picked {
+        Some(d) => vec![d],
         None => devices()
             .into_iter()
             .filter(|d| matches!(**d, Device::Gpu(_)))
@@ -45,15 +49,17 @@ pub fn kernels(build: bool, device: Option<&str>) -> Result<bool, String> {
                 .map(|d| d.display().to_string())
                 .unwrap_or_else(|| "off".into())
         );
-        for (family, result) in g.kernels().build_all() {
-            match result {
-                Ok(()) => {}
-                Err(e) => {
-                    ok = false;
-                    println!("  {family:<14} FAIL: {e}");
-                }
+        // One family at a time, so the progress shows which one is compiling (some take a
+        // minute on first use).
+        let mut progress = Progress::new("kernels --build", "families", catalog.len());
+        for k in catalog {
+            if let Err(e) = g.kernels().module(k.family) {
+                ok = false;
+                progress.println(&format!("  {:<14} FAIL: {e}", k.family));
             }
+            progress.step(k.family);
         }
+        progress.finish();
         for r in g.kernels().records() {
             println!(
                 "  {:<14} {:<8} {:>9.1} ms {:>9} bytes",

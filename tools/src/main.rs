@@ -10,6 +10,7 @@ mod info;
 mod kernels;
 mod peer_report;
 mod perf;
+mod progress;
 mod report;
 mod run;
 mod support;
@@ -19,6 +20,7 @@ use cli::{Cli, Command};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    common::quiet_on_broken_pipe();
     match dispatch(Cli::parse().command) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,

@@ -13,6 +13,7 @@
 use crate::cases::{perf, Case};
 use crate::common::selected;
 use crate::data::{case_rng, fill_leaves, Instance};
+use crate::progress::Progress;
 use rayon::prelude::*;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
@@ -235,18 +236,22 @@ pub fn perf_ops(dev: &Device, opts: &PerfOptions) -> bool {
     }
     let gpu = matches!(dev, Device::Gpu(_));
     let mut results = Vec::new();
-    for case in perf::cases(gpu)
-        .iter()
+    let cases: Vec<Case> = perf::cases(gpu)
+        .into_iter()
         .filter(|c| selected(c.op, &c.name, &opts.ops, &opts.pattern))
-    {
+        .collect();
+    let mut progress = Progress::new("perf-ops", "cases", cases.len());
+    for case in &cases {
         let r = measure(dev, runway.as_ref(), case, opts, ceiling.gbps);
         if opts.json {
-            eprintln!("perf-ops: {}", row_text(&r));
+            progress.suspend(|| eprintln!("perf-ops: {}", row_text(&r)));
         } else {
-            println!("{}", row_text(&r));
+            progress.println(&row_text(&r));
         }
         results.push(r);
+        progress.step(&case.name);
     }
+    progress.finish();
     let ok = !results.is_empty() && results.iter().all(|r| r.error.is_none());
     if opts.json {
         let report = PerfReport {

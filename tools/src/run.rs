@@ -4,6 +4,7 @@ use crate::cases::{self, Case};
 use crate::common::{capture_panics, selected, take_panic};
 use crate::compare::{check_quantized_copy, compare, Check};
 use crate::data::{case_rng, fill_leaves, Instance};
+use crate::progress::Progress;
 use regex::Regex;
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -53,6 +54,7 @@ pub fn test_ops(dev: &Device, opts: &TestOptions) -> bool {
     );
     let t0 = Instant::now();
     let mut per_op: BTreeMap<Op, Tally> = BTreeMap::new();
+    let mut progress = Progress::new("test-ops", "cases", cases.len());
     for case in &cases {
         let (outcome, stats) = catch_unwind(AssertUnwindSafe(|| run_case_stats(dev, case, opts.seed)))
             .unwrap_or_else(|_| (Outcome::Fail(format!("panicked: {}", take_panic())), None));
@@ -65,21 +67,23 @@ pub fn test_ops(dev: &Device, opts: &TestOptions) -> bool {
             Outcome::Pass(m) => {
                 tally.passed += 1;
                 if opts.verbose {
-                    println!("  {}: OK ({m})", case.name);
+                    progress.println(&format!("  {}: OK ({m})", case.name));
                 }
             }
             Outcome::Fail(why) => {
                 tally.failed += 1;
-                println!("  {}: FAIL: {why}", case.name);
+                progress.println(&format!("  {}: FAIL: {why}", case.name));
             }
             Outcome::Skip(why) => {
                 tally.skipped += 1;
                 if opts.verbose {
-                    println!("  {}: SKIP({why})", case.name);
+                    progress.println(&format!("  {}: SKIP({why})", case.name));
                 }
             }
         }
+        progress.step(&case.name);
     }
+    progress.finish();
     let mut total = Tally::default();
     println!("per op:");
     for (op, t) in &per_op {

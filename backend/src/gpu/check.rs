@@ -63,7 +63,7 @@ mod tests {
     use super::*;
 
     fn env_flag(name: &str) -> bool {
-        std::env::var(name).is_ok_and(|v| v == "1")
+        std::env::var(name).is_ok_and(|v| crate::config::parse_bool(&v) == Some(true))
     }
 
     /// NVRTC, or `None` after printing why the caller skips (a failure under

@@ -53,6 +53,9 @@ fn loaded() -> &'static Loaded {
     static L: OnceLock<Loaded> = OnceLock::new();
     L.get_or_init(|| {
         let choice = RuntimeChoice::from_env();
+        if let Some(note) = &choice.1 {
+            eprintln!("tandem: warning: {note}");
+        }
         let (report, backends) = probe::load(choice);
         Loaded { report, backends }
     })

@@ -1,6 +1,6 @@
 //! Loading the runtimes `TANDEM_RUNTIME` asks for and reporting what was looked for and found.
 
-use super::api::{DeviceInfo, GpuRuntime, KernelCompiler, RuntimeKind};
+use super::api::{DeviceInfo, GpuError, GpuRuntime, KernelCompiler, RuntimeKind};
 use super::cuda::CudaRuntime;
 use super::hip::HipRuntime;
 use super::loader::LibReport;
@@ -37,7 +37,9 @@ impl RuntimeChoice {
             Ok(c) => (c, None),
             Err(bad) => (
                 RuntimeChoice::Auto,
-                Some(format!("TANDEM_RUNTIME={bad} is not auto|cuda|hip|none; using auto")),
+                Some(format!(
+                    "TANDEM_RUNTIME={bad:?} is not auto, cuda, hip or none; using the default (auto)"
+                )),
             ),
         }
     }
@@ -85,7 +87,7 @@ impl RuntimeReport {
             return self.driver.summary();
         }
         if let Some(e) = &self.error {
-            return format!("{}: {e}", self.kind.name());
+            return e.clone();
         }
         if self.devices.is_empty() {
             return format!("{}: no devices", self.kind.name());
@@ -225,6 +227,21 @@ pub(crate) fn load(choice: (RuntimeChoice, Option<String>)) -> (ProbeReport, Vec
     (report, backends)
 }
 
+/// Why a runtime whose library loaded offers no devices. Its init call failing is the normal
+/// state of a machine with the vendor's libraries but none of its GPUs (the kernel check installs
+/// libamdhip64 on machines without AMD GPUs), so that case says so in those words.
+fn no_devices_reason(kind: RuntimeKind, e: &GpuError) -> String {
+    let (runtime, gpu) = match kind {
+        RuntimeKind::Cuda => ("CUDA driver", "NVIDIA"),
+        RuntimeKind::Hip => ("HIP runtime", "AMD"),
+    };
+    if matches!(e.call, "hipInit" | "cuInit") {
+        format!("{runtime} present but no {gpu} GPU ({}: {})", e.call, e.message)
+    } else {
+        format!("{}: {e}", kind.name())
+    }
+}
+
 /// Asks a loaded runtime for its devices and loads its compiler.
 fn inspect(
     kind: RuntimeKind,
@@ -255,11 +272,11 @@ fn inspect(
             for i in 0..n {
                 match rt.device_info(i) {
                     Ok(d) => rr.devices.push(d),
-                    Err(e) => rr.error = Some(format!("device {i}: {e}")),
+                    Err(e) => rr.error = Some(format!("{}: device {i}: {e}", kind.name())),
                 }
             }
         }
-        Err(e) => rr.error = Some(e.to_string()),
+        Err(e) => rr.error = Some(no_devices_reason(kind, &e)),
     }
     let backend = match compiler {
         Some(c) if !rr.devices.is_empty() => Some(GpuBackend {
@@ -284,6 +301,26 @@ mod tests {
         assert_eq!(RuntimeChoice::parse(Some(" hip ")), Ok(RuntimeChoice::Hip));
         assert_eq!(RuntimeChoice::parse(Some("none")), Ok(RuntimeChoice::None));
         assert_eq!(RuntimeChoice::parse(Some("vulkan")), Err("vulkan".into()));
+    }
+
+    #[test]
+    fn a_runtime_without_its_gpus_says_so_calmly() {
+        let init = GpuError {
+            call: "hipInit",
+            code: 100,
+            message: "hipErrorNoDevice".into(),
+        };
+        assert_eq!(
+            no_devices_reason(RuntimeKind::Hip, &init),
+            "HIP runtime present but no AMD GPU (hipInit: hipErrorNoDevice)"
+        );
+        let init = GpuError { call: "cuInit", ..init };
+        assert!(no_devices_reason(RuntimeKind::Cuda, &init).starts_with("CUDA driver present but no NVIDIA GPU"));
+        let other = GpuError::other("cuDeviceGet", "bad ordinal");
+        assert_eq!(
+            no_devices_reason(RuntimeKind::Cuda, &other),
+            "cuda: cuDeviceGet: bad ordinal"
+        );
     }
 
     #[test]

@@ -108,6 +108,28 @@ pub fn all() -> Vec<&'static Registration> {
     v
 }
 
+/// Names that `TANDEM_DISABLE_DISPATCH` acts on without being registrations: the launchers ask
+/// `Config::is_disabled` about them to choose among a registration's kernel forms.
+pub const SWITCHES: [&str; 8] = {
+    use super::ops::matmul_launch as m;
+    [
+        m::MMA_SWITCH,
+        m::WGMMA_SWITCH,
+        m::MMV_SWITCH,
+        m::WMMA_SWITCH,
+        m::SEG_SWITCH,
+        m::SEG_UNITS_SWITCH,
+        m::SEG_NARROW_SWITCH,
+        m::MMID_UNITS_SWITCH,
+    ]
+};
+
+/// Every name a `TANDEM_DISABLE_DISPATCH` entry can match by prefix: the registrations and
+/// [`SWITCHES`].
+pub fn disable_names() -> Vec<&'static str> {
+    all().iter().map(|r| r.name).chain(SWITCHES).collect()
+}
+
 /// The registrations of one device with `TANDEM_DISABLE_DISPATCH` applied.
 pub struct Registry {
     regs: Vec<&'static Registration>,

@@ -208,4 +208,21 @@ mod tests {
             assert!(ops.contains(&op), "no case for {op}");
         }
     }
+
+    /// The README quotes the harness's size: its `test-ops` last line (every case passes on the
+    /// host device, none skipped) and the rounded count in the command table. Adding cases
+    /// means updating both, or this fails.
+    #[test]
+    fn the_readme_quotes_the_case_count() {
+        let n = all().len();
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+        let last_line = format!("`test-ops: {n} passed, 0 failed, 0 skipped`");
+        assert!(
+            readme.contains(&last_line),
+            "README.md should quote {last_line} ({n} cases)"
+        );
+        let hundreds = (n + 50) / 100 * 100;
+        let about = format!("about {},{:03}", hundreds / 1000, hundreds % 1000);
+        assert!(readme.contains(&about), "README.md should say the cases are {about}");
+    }
 }
