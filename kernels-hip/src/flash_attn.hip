@@ -284,7 +284,9 @@ TANDEM_DEVICE void tandem_fa_tile(const char* q, const char* k, const char* v, c
     float* slope_s = a_s + R;
     int* qi_s = (int*)(slope_s + R);    // query of each row, -1 past the group
     int* h_s = qi_s + R;                // head of each row
-    i64* moff_s = (i64*)(h_s + R + (R & 1));  // byte offset of each row's mask row
+    // Byte offset of each row's mask row. 8-byte aligned: everything before it is a multiple of
+    // 16 bytes plus R * (dk + kt + 6) floats, and dk + kt + 6 is even.
+    i64* moff_s = (i64*)(h_s + R);
 
     const int kvh = blockIdx.y % s.n_head_kv;
     const int rb = blockIdx.y / s.n_head_kv;

@@ -213,7 +213,7 @@ pub fn cases(v: &mut Vec<Case>) {
     }
 
     // Head sizes: those that are not multiples of 32 only with unblocked types.
-    for d in [40, 72, 80, 96, 112, 192, 256] {
+    for d in [16, 32, 40, 72, 80, 96, 112, 192, 256] {
         let mut tys = vec![ElemType::F16, ElemType::F32];
         if d % 32 == 0 {
             tys.extend([ElemType::Q8_0, ElemType::Q4_0]);
@@ -223,6 +223,22 @@ pub fn cases(v: &mut Vec<Case>) {
                 v.push(flash_attn(FaCase::base(ty, d, n_kv, n_q, 8, 2, true)));
             }
         }
+    }
+
+    // A llama.cpp prompt and decode step as the tiny test models make them: f16 cache views of
+    // 256 cells, mask rows padded past the queries, f32 precision.
+    for n_q in [7, 1] {
+        v.push(flash_attn(FaCase {
+            cache_view: true,
+            prec: 10,
+            ..FaCase::base(ElemType::F16, 32, 256, n_q, 4, 2, true)
+        }));
+    }
+
+    // Blocks of an odd number of rows (the large kernel's row state after them).
+    for (n_q, n_head) in [(17, 1), (19, 2)] {
+        v.push(flash_attn(FaCase::base(ElemType::F16, 64, 100, n_q, n_head, 1, true)));
+        v.push(flash_attn(FaCase::base(ElemType::Q4_0, 64, 100, n_q, n_head, 1, true)));
     }
 
     // DeepSeek's MLA: K 576, V 512, every q head on one kv head.
