@@ -13,6 +13,10 @@
 #                                         # backend; FlashAttention kernels left out, this only
 #                                         # runs MUL_MAT), then runs the harness on TANDEM0 and
 #                                         # CUDA0; ARGS go to the harness (--filter, --runs, --json)
+#   DIR/gpu-peer.sh bench DIR [ARGS...]   # the same with FlashAttention kernels built in (a longer
+#                                         # build, kept apart in DIR/cuda-fa), then the model
+#                                         # benchmark tests/src/bin/bench_model.rs with both
+#                                         # libraries loaded; ARGS go to it (gen ... | run ...)
 #
 # PEER_TARGET_DIR: the cargo target folder of the pack step (default target/gpu-peer).
 # The CUDA library loads into the same ggml (libggml-base) as the plugin, so both backends see
@@ -29,7 +33,7 @@ pack() {
     export CARGO_TARGET_DIR="${PEER_TARGET_DIR:-$PWD/target/gpu-peer}"
     # Two builds: with --bin, cargo would leave the plugin's library out (and a stale one in the
     # target folder would be packed).
-    cargo build --release -p tandem-tests --bin backend_matmul_peer >&2
+    cargo build --release -p tandem-tests --bin backend_matmul_peer --bin bench_model >&2
     cargo build --release -p tandem-capi >&2
     local out="$CARGO_TARGET_DIR/release"
     local lib_dir
@@ -43,9 +47,10 @@ print(next(p["manifest_path"] for p in m["packages"] if p["name"] == "llama-cpp-
     src="$(dirname "$src")/llama.cpp/ggml"
     [ -f "$src/src/ggml-cuda/ggml-cuda.cu" ] || die "ggml's CUDA sources not found at $src"
     mkdir -p "$dir/lib"
-    cp "$out/backend_matmul_peer" "$out/libggml_tandem.so" "$dir/"
-    cp "$lib_dir"/libggml-base.so.0 "$lib_dir"/libggml-cpu.so.0 "$lib_dir"/libggml.so.0 "$dir/lib/"
-    strip "$dir/backend_matmul_peer" "$dir/libggml_tandem.so"
+    cp "$out/backend_matmul_peer" "$out/bench_model" "$out/libggml_tandem.so" "$dir/"
+    cp "$lib_dir"/libggml-base.so.0 "$lib_dir"/libggml-cpu.so.0 "$lib_dir"/libggml.so.0 "$lib_dir"/libllama.so.0 "$dir/lib/"
+    strip "$dir/backend_matmul_peer" "$dir/bench_model" "$dir/libggml_tandem.so"
+    strip --strip-debug "$dir"/lib/*.so.0
     # Only what a CUDA build reads: the build files, the headers, ggml-base, ggml-cuda and the
     # ggml-cpu headers ggml-base includes.
     (cd "$src" && tar -czf "$dir/ggml-src.tar.gz" CMakeLists.txt cmake include \
@@ -54,16 +59,18 @@ print(next(p["manifest_path"] for p in m["packages"] if p["name"] == "llama-cpp-
     echo "gpu-peer.sh: packed $(du -sh "$dir" | cut -f1) into $dir; on the GPU machine run: $dir/gpu-peer.sh run $dir" >&2
 }
 
-run() {
-    local dir
-    dir="$(cd "$1" && pwd)"
-    shift
-    local cuda="$dir/cuda/libggml-cuda.so"
+# build_cuda DIR FA: builds libggml-cuda.so (FlashAttention kernels on when FA is ON) once into
+# DIR/cuda (DIR/cuda-fa with them) and prints its path.
+build_cuda() {
+    local dir="$1" fa="$2"
+    local out_dir="$dir/cuda"
+    [ "$fa" = ON ] && out_dir="$dir/cuda-fa"
+    local cuda="$out_dir/libggml-cuda.so"
     if [ ! -f "$cuda" ]; then
         for tool in cmake nvcc c++; do
             command -v "$tool" >/dev/null || die "$tool is needed to build libggml-cuda.so"
         done
-        local b="$dir/cuda-build"
+        local b="$out_dir-build"
         rm -rf "$b" && mkdir -p "$b/src/ggml"
         tar -C "$b/src/ggml" -xzf "$dir/ggml-src.tar.gz"
         # ggml as a subproject, as llama.cpp includes it (no standalone tests, examples, .pc).
@@ -71,27 +78,50 @@ run() {
             'add_subdirectory(ggml)' >"$b/src/CMakeLists.txt"
         local gen=()
         command -v ninja >/dev/null && gen=(-G Ninja)
-        echo "gpu-peer.sh: building libggml-cuda.so (cmake + nvcc, a few minutes)" >&2
+        echo "gpu-peer.sh: building libggml-cuda.so (GGML_CUDA_FA=$fa; cmake + nvcc, minutes)" >&2
         local t0=$SECONDS
         cmake -S "$b/src" -B "$b/out" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
-            -DGGML_BACKEND_DL=ON -DGGML_CPU=OFF -DGGML_CUDA=ON -DGGML_NATIVE=ON -DGGML_CUDA_FA=OFF \
+            -DGGML_BACKEND_DL=ON -DGGML_CPU=OFF -DGGML_CUDA=ON -DGGML_NATIVE=ON -DGGML_CUDA_FA="$fa" \
             -DGGML_CUDA_NCCL=OFF >"$b/configure.log" 2>&1 || { tail -30 "$b/configure.log" >&2; die "cmake configure failed"; }
         cmake --build "$b/out" --target ggml-cuda -j "$(nproc)" >"$b/build.log" 2>&1 ||
             { tail -30 "$b/build.log" >&2; die "building ggml-cuda failed"; }
         local built
         built="$(find "$b/out" -name 'libggml-cuda.so' | head -n1)"
         [ -n "$built" ] || die "the build made no libggml-cuda.so"
-        mkdir -p "$dir/cuda" && cp "$built" "$cuda"
+        mkdir -p "$out_dir" && cp "$built" "$cuda"
         echo "gpu-peer.sh: built libggml-cuda.so in $((SECONDS - t0)) s" >&2
     fi
+    echo "$cuda"
+}
+
+run() {
+    local dir cuda
+    dir="$(cd "$1" && pwd)"
+    shift
+    cuda="$(build_cuda "$dir" OFF)"
     # The crate's libggml-base is loaded first, so the CUDA module binds to the same ggml.
     LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
         "$dir/backend_matmul_peer" --load "$dir/libggml_tandem.so" --load "$cuda" \
         --devices TANDEM0,CUDA0 "$@"
 }
 
+bench() {
+    local dir cuda
+    dir="$(cd "$1" && pwd)"
+    shift
+    if [ "${1:-}" = gen ]; then
+        LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$dir/bench_model" "$@"
+        return
+    fi
+    cuda="$(build_cuda "$dir" ON)"
+    LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+        "$dir/bench_model" "$@" --load "$dir/libggml_tandem.so" --load "$cuda"
+}
+
 case "${1:-}" in
     pack) [ $# -eq 2 ] || die "usage: scripts/gpu-peer.sh pack DIR"; pack "$2" ;;
     run) [ $# -ge 2 ] || die "usage: gpu-peer.sh run DIR [harness args]"; run "${@:2}" ;;
-    *) die "usage: scripts/gpu-peer.sh pack DIR | run DIR [harness args]" ;;
+    bench) [ $# -ge 3 ] || die "usage: gpu-peer.sh bench DIR gen|run [bench_model args]"; bench "${@:2}" ;;
+    cuda) [ $# -eq 3 ] || die "usage: gpu-peer.sh cuda DIR ON|OFF (builds libggml-cuda.so only)"; build_cuda "$2" "$3" ;;
+    *) die "usage: scripts/gpu-peer.sh pack DIR | run DIR [harness args] | bench DIR gen|run [args]" ;;
 esac

@@ -45,6 +45,14 @@ pub struct TinyConfig {
     pub n_expert_used: u32,
     pub n_ctx: u32,
     pub seed: u64,
+    /// Head size of q/k/v; 0 for `n_embd / n_head` (Qwen3 uses 128 with a 2048-wide model).
+    pub head_dim: u32,
+    /// Vocabulary size: the working vocabulary padded with unused tokens up to this many (0 for
+    /// the working vocabulary alone), so that the output matmul has a real model's size.
+    pub n_vocab: u32,
+    /// Every weight of one shape and type holds the same random bytes: the file is as large as
+    /// a real model's and is written in seconds (for speed runs; outputs are not meaningful).
+    pub shared_weights: bool,
 }
 
 impl TinyConfig {
@@ -61,6 +69,9 @@ impl TinyConfig {
             n_expert_used: if arch == Arch::Qwen3Moe { 2 } else { 0 },
             n_ctx: 256,
             seed: 0x7a4d_e11a,
+            head_dim: 0,
+            n_vocab: 0,
+            shared_weights: false,
         }
     }
 }
@@ -100,11 +111,43 @@ struct Writer {
     gguf: *mut sys::gguf_context,
     ctx: *mut sys::ggml_context,
     rng: Pcg64,
+    /// With shared weights: the bytes already made for a (type, shape).
+    shared: Option<std::collections::HashMap<(ElemType, Vec<i64>), &'static [u8]>>,
 }
 
 impl Writer {
     /// Adds tensor `name` of `ty` and shape `ne` with values `f(rng)`.
-    fn tensor(&mut self, name: &str, ty: ElemType, ne: &[i64], mut f: impl FnMut(&mut Pcg64) -> f32) {
+    fn tensor(&mut self, name: &str, ty: ElemType, ne: &[i64], f: impl FnMut(&mut Pcg64) -> f32) {
+        let key = (ty, ne.to_vec());
+        let bytes: &'static [u8] = match self.shared.as_ref().and_then(|m| m.get(&key)) {
+            Some(b) => b,
+            None => {
+                // gguf keeps the pointer until the file is written: the bytes live as long as the
+                // process (a writer runs once per model file).
+                let b: &'static [u8] = Box::leak(self.values(ty, ne, f).into_boxed_slice());
+                if let Some(m) = self.shared.as_mut() {
+                    m.insert(key, b);
+                }
+                b
+            }
+        };
+        let name_c = c(name);
+        // SAFETY: ctx is a live ggml context with room for the tensor header (no_alloc); the
+        // tensor's data pointer is set to `bytes`, which lives for the rest of the process.
+        unsafe {
+            let t = match ne.len() {
+                1 => sys::ggml_new_tensor_1d(self.ctx, ty.ggml_id(), ne[0]),
+                2 => sys::ggml_new_tensor_2d(self.ctx, ty.ggml_id(), ne[0], ne[1]),
+                _ => sys::ggml_new_tensor_3d(self.ctx, ty.ggml_id(), ne[0], ne[1], ne[2]),
+            };
+            sys::ggml_set_name(t, name_c.as_ptr());
+            sys::gguf_add_tensor(self.gguf, t);
+            sys::gguf_set_tensor_data(self.gguf, name_c.as_ptr(), bytes.as_ptr() as *const _);
+        }
+    }
+
+    /// The bytes of a tensor of `ty` and shape `ne` with values `f(rng)`.
+    fn values(&mut self, ty: ElemType, ne: &[i64], mut f: impl FnMut(&mut Pcg64) -> f32) -> Vec<u8> {
         let n: i64 = ne.iter().product();
         let vals: Vec<f32> = (0..n).map(|_| f(&mut self.rng)).collect();
         let row = ne[0] as usize;
@@ -121,21 +164,7 @@ impl Writer {
                 _ => tandem_ops::quant::quantize_row(ty, src, dst).expect("quantizing a tiny-model weight"),
             }
         }
-        let name_c = c(name);
-        // SAFETY: ctx is a live ggml context with room for the tensor header (no_alloc); the
-        // tensor's data pointer is set to `bytes`, which gguf copies in gguf_add_tensor.
-        unsafe {
-            let t = match ne.len() {
-                1 => sys::ggml_new_tensor_1d(self.ctx, ty.ggml_id(), ne[0]),
-                2 => sys::ggml_new_tensor_2d(self.ctx, ty.ggml_id(), ne[0], ne[1]),
-                _ => sys::ggml_new_tensor_3d(self.ctx, ty.ggml_id(), ne[0], ne[1], ne[2]),
-            };
-            sys::ggml_set_name(t, name_c.as_ptr());
-            sys::gguf_add_tensor(self.gguf, t);
-            sys::gguf_set_tensor_data(self.gguf, name_c.as_ptr(), bytes.as_ptr() as *const _);
-            // gguf keeps the pointer until the file is written: keep the bytes alive.
-            std::mem::forget(bytes);
-        }
+        bytes
     }
 
     fn weight(&mut self, name: &str, ty: ElemType, ne: &[i64]) {
@@ -153,7 +182,11 @@ pub fn write_model(dir: &Path, cfg: &TinyConfig) -> PathBuf {
     let path = dir.join(format!("tiny-{}-{}.gguf", cfg.arch.name(), cfg.weight_type.name()));
     let a = cfg.arch;
     let wt = cfg.weight_type;
-    let voc = vocab();
+    let mut voc = vocab();
+    // Token type 5: unused (never produced by the tokenizer).
+    for i in voc.len()..cfg.n_vocab as usize {
+        voc.push((format!("<unused{i}>"), 0.0, 5));
+    }
     let n_vocab = voc.len() as i64;
     let (e, h, hkv, ff) = (
         cfg.n_embd as i64,
@@ -161,7 +194,7 @@ pub fn write_model(dir: &Path, cfg: &TinyConfig) -> PathBuf {
         cfg.n_head_kv as i64,
         cfg.n_ff as i64,
     );
-    let head_dim = e / h;
+    let head_dim = if cfg.head_dim > 0 { cfg.head_dim as i64 } else { e / h };
     // SAFETY: plain calls into ggml's gguf/ggml API with valid, NUL-terminated strings and
     // pointers that outlive each call; the contexts are freed at the end.
     unsafe {
@@ -182,6 +215,8 @@ pub fn write_model(dir: &Path, cfg: &TinyConfig) -> PathBuf {
             sys::gguf_set_val_u32(gguf, key(a, "expert_count").as_ptr(), cfg.n_expert);
             sys::gguf_set_val_u32(gguf, key(a, "expert_used_count").as_ptr(), cfg.n_expert_used);
             sys::gguf_set_val_u32(gguf, key(a, "expert_feed_forward_length").as_ptr(), cfg.n_ff);
+        }
+        if a == Arch::Qwen3Moe || cfg.head_dim > 0 {
             sys::gguf_set_val_u32(gguf, key(a, "attention.key_length").as_ptr(), head_dim as u32);
             sys::gguf_set_val_u32(gguf, key(a, "attention.value_length").as_ptr(), head_dim as u32);
         }
@@ -225,6 +260,7 @@ pub fn write_model(dir: &Path, cfg: &TinyConfig) -> PathBuf {
             gguf,
             ctx,
             rng: Pcg64::seed_from_u64(cfg.seed ^ wt.ggml_id() as u64),
+            shared: cfg.shared_weights.then(Default::default),
         };
         // The embedding is read by GET_ROWS; keep it f16 for q4_0 models as llama.cpp's converters do.
         w.weight(
