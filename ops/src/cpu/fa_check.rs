@@ -12,7 +12,7 @@ use tandem_graph::{ElemType, Tensor};
 const PRECISIONS: [i32; 4] = [0, 10, 15, 20];
 
 /// K/V element types the kernel reads (ggml's CPU backend reads the same).
-pub(super) const KV_TYPES: [ElemType; 9] = [
+pub const KV_TYPES: [ElemType; 9] = [
     ElemType::F32,
     ElemType::F16,
     ElemType::BF16,

@@ -28,6 +28,8 @@ mod sum_rows;
 mod unary;
 
 use crate::{CpuContext, OpError, Srcs};
+/// The K/V element types FLASH_ATTN_EXT reads (ggml's CPU backend reads the same).
+pub use fa_check::KV_TYPES as FLASH_ATTN_KV_TYPES;
 use tandem_graph::{Op, Tensor};
 
 /// Whether the CPU can compute `dst` from `srcs`; the error names what is not supported.

@@ -140,17 +140,7 @@ fn flash_attn(c: FaCase) -> Case {
 }
 
 /// Every K/V type ggml's CPU backend reads.
-const KV_TYPES: [ElemType; 9] = [
-    ElemType::F16,
-    ElemType::BF16,
-    ElemType::Q8_0,
-    ElemType::Q4_0,
-    ElemType::Q4_1,
-    ElemType::Q5_0,
-    ElemType::Q5_1,
-    ElemType::IQ4NL,
-    ElemType::F32,
-];
+const KV_TYPES: [ElemType; 9] = tandem_ops::cpu::FLASH_ATTN_KV_TYPES;
 
 pub fn cases(v: &mut Vec<Case>) {
     for kv_ty in KV_TYPES {

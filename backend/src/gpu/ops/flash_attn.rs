@@ -34,18 +34,8 @@ const MAX_SPLITS: usize = 1024;
 /// Most blocks of a grid's y and z dimensions on every device.
 const MAX_GRID_YZ: usize = 65_535;
 
-/// K/V element types the kernel reads.
-pub const KV_TYPES: [ElemType; 9] = [
-    ElemType::F32,
-    ElemType::F16,
-    ElemType::BF16,
-    ElemType::Q4_0,
-    ElemType::Q4_1,
-    ElemType::Q5_0,
-    ElemType::Q5_1,
-    ElemType::Q8_0,
-    ElemType::IQ4NL,
-];
+/// K/V element types the kernels read: every one the CPU fallback reads.
+pub const KV_TYPES: [ElemType; 9] = tandem_ops::cpu::FLASH_ATTN_KV_TYPES;
 
 /// `tandem_fa_shape` of flash_attn.hip.
 #[repr(C)]
