@@ -3,7 +3,7 @@
 
 use tandem_graph::{Op, Tensor};
 use tandem_ops::data::{indices, read_f64, rows};
-use tandem_ops::quant::quantize_row;
+use tandem_ops::quant::quantize_row_from_float_ref;
 
 /// How an output is judged.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -157,8 +157,9 @@ unsafe fn row_slice(t: &Tensor, row: [i64; 4], len: usize) -> &[u8] {
     unsafe { std::slice::from_raw_parts((t.data + t.offset_of(row)) as *const u8, len) }
 }
 
-/// Checks that `dst` (a quantized copy of `src`) holds exactly what `quantize_row` makes of
-/// `src`'s values taken in logical order, `dst.ne0` at a time.
+/// Checks that `dst` (a quantized copy of `src`) holds exactly what the type's `from_float`
+/// (`quantize_row_from_float_ref`, what ggml's CPU backend copies with) makes of `src`'s values
+/// taken in logical order, `dst.ne0` at a time.
 ///
 /// # Safety
 /// Both tensors' `data` point at `nbytes()` readable bytes; `src` is f32/f16/bf16.
@@ -174,10 +175,10 @@ pub unsafe fn check_quantized_copy(src: &Tensor, dst: &Tensor) -> Result<(), Str
         let chunk = values
             .get(n * ne0..(n + 1) * ne0)
             .ok_or("source has fewer elements than the destination")?;
-        quantize_row(dst.ty, chunk, &mut expect).map_err(|e| format!("quantize_row: {e}"))?;
+        quantize_row_from_float_ref(dst.ty, chunk, &mut expect).map_err(|e| format!("quantizing: {e}"))?;
         let got = row_slice(dst, row, row_bytes);
         if let Some(pos) = expect.iter().zip(got).position(|(x, y)| x != y) {
-            return Err(format!("row {n}: bytes differ from quantize_row's at byte {pos}"));
+            return Err(format!("row {n}: bytes differ from the quantizer's at byte {pos}"));
         }
     }
     Ok(())

@@ -9,7 +9,7 @@
 
 use super::ew_rows::{for_row_ranges, is_float, load_f32, row_addr, store_f32, FirstError};
 use crate::error::{ensure, need};
-use crate::quant::{dequantize_row, quantize_row};
+use crate::quant::{dequantize_row, quantize_row_from_float_ref};
 use crate::{CpuContext, OpError, Srcs};
 use tandem_graph::{ElemType, Tensor};
 
@@ -119,7 +119,8 @@ pub unsafe fn run(ctx: &CpuContext, dst: &Tensor, srcs: &Srcs) -> Result<(), OpE
                     // SAFETY: dst's row r is `row_bytes` contiguous bytes (blocks contiguous,
                     // checked) that only this task writes.
                     let out = unsafe { std::slice::from_raw_parts_mut(row_addr(dst, r) as *mut u8, row_bytes) };
-                    if let Err(e) = quantize_row(dst.ty, &buf, out) {
+                    // As ggml's CPU backend: the type's `from_float` (iq4_nl: single pass).
+                    if let Err(e) = quantize_row_from_float_ref(dst.ty, &buf, out) {
                         failure.set(format!("quantizing a row: {e}"));
                         return;
                     }

@@ -5,7 +5,7 @@
 
 use super::rs_rowio::{elements_disjoint, load_f32, row_ptr, split_row};
 use crate::error::{ensure, need};
-use crate::quant::{quantize_row, QuantError};
+use crate::quant::{quantize_row_from_float_ref, QuantError};
 use crate::{CpuContext, OpError, Srcs};
 use std::sync::OnceLock;
 use tandem_graph::{ElemType, Tensor};
@@ -124,7 +124,9 @@ unsafe fn write_row(ty: ElemType, v: &[f32], out: *mut u8) -> Result<(), QuantEr
             let len = ty.row_size(v.len() as i64).unwrap_or(0);
             // SAFETY: `len` writable bytes at `out` (caller).
             let bytes = unsafe { std::slice::from_raw_parts_mut(out, len) };
-            quantize_row(ty, v, bytes)
+            // ggml's CPU backend writes rows with the type's `from_float` (for iq4_nl the
+            // single-pass quantizer, not the model files' scale search).
+            quantize_row_from_float_ref(ty, v, bytes)
         }
     }
 }
@@ -253,7 +255,7 @@ mod tests {
                 .map(|i0| unsafe { crate::data::read_f64(&src, [i0, 1, 1, 0]) } as f32)
                 .collect();
             let mut want = vec![0u8; rs];
-            crate::quant::quantize_row(ty, &vals, &mut want).unwrap();
+            crate::quant::quantize_row_from_float_ref(ty, &vals, &mut want).unwrap();
             let at = t.offset_of([0, 5, 1, 0]);
             assert_eq!(&m.bytes(d)[at..at + rs], &want[..], "{ty}");
         }

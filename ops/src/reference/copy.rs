@@ -3,7 +3,7 @@
 
 use crate::data::{elem_ptr, indices, read_f64, rows, write_f64};
 use crate::error::{ensure, need};
-use crate::quant::{dequantize_row, quantize_row};
+use crate::quant::{dequantize_row, quantize_row_from_float_ref};
 use crate::{OpError, Srcs};
 use tandem_graph::{ElemType, Tensor};
 
@@ -82,7 +82,7 @@ pub unsafe fn run(dst: &Tensor, srcs: &Srcs) -> Result<(), OpError> {
         let row_bytes = dst.ty.row_size(dst.ne[0]).unwrap_or(0);
         for (k, r) in rows(dst.ne).enumerate() {
             let mut out = vec![0u8; row_bytes];
-            quantize_row(dst.ty, &values[k * row_len..(k + 1) * row_len], &mut out)
+            quantize_row_from_float_ref(dst.ty, &values[k * row_len..(k + 1) * row_len], &mut out)
                 .map_err(|e| fail("quantizing", e))?;
             // SAFETY: dst's row is `row_bytes` contiguous bytes (checked).
             unsafe { std::ptr::copy_nonoverlapping(out.as_ptr(), elem_ptr(dst, r), row_bytes) };

@@ -1,6 +1,6 @@
 //! SET_ROWS reference: source rows written in order (a repeated index leaves the last one),
 //! element by element through `crate::data`; quantized rows go through
-//! `crate::quant::quantize_row`.
+//! `crate::quant::quantize_row_from_float_ref` (the type's `from_float`, as ggml's CPU backend).
 
 use crate::data::{indices, read_f64, read_index, write_f64};
 use crate::error::{ensure, need};
@@ -89,7 +89,7 @@ pub unsafe fn run(dst: &Tensor, srcs: &Srcs) -> Result<(), OpError> {
                     let len = dst.ty.row_size(ne0).unwrap_or(0);
                     let start = (dst.data + dst.offset_of([0, target, i2, i3])) as *mut u8;
                     let out = std::slice::from_raw_parts_mut(start, len);
-                    crate::quant::quantize_row(dst.ty, &row, out)
+                    crate::quant::quantize_row_from_float_ref(dst.ty, &row, out)
                         .map_err(|e| OpError::new(dst, srcs, format!("quantizing a row: {e}")))?;
                 } else {
                     for i0 in 0..ne0 {
