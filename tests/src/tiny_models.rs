@@ -107,12 +107,15 @@ fn c(s: &str) -> CString {
     CString::new(s).unwrap()
 }
 
+/// Weight bytes already made, by (type, shape).
+type SharedWeights = std::collections::HashMap<(ElemType, Vec<i64>), &'static [u8]>;
+
 struct Writer {
     gguf: *mut sys::gguf_context,
     ctx: *mut sys::ggml_context,
     rng: Pcg64,
     /// With shared weights: the bytes already made for a (type, shape).
-    shared: Option<std::collections::HashMap<(ElemType, Vec<i64>), &'static [u8]>>,
+    shared: Option<SharedWeights>,
 }
 
 impl Writer {
