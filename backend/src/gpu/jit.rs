@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Bump when the file layout or key derivation changes.
@@ -94,6 +94,11 @@ type Slot = Arc<OnceLock<Result<Arc<Vec<u8>>, JitError>>>;
 pub struct KernelCache {
     dir: Option<PathBuf>,
     slots: Mutex<HashMap<CacheKey, Slot>>,
+    /// Set after the first failed write: the folder is unusable, so later compiles stay in
+    /// memory without retrying (and without a warning per kernel family).
+    write_failed: AtomicBool,
+    /// Every distinct warning printed so far, each printed once.
+    warnings: Mutex<Vec<String>>,
 }
 
 /// `TANDEM_KERNEL_CACHE`, else `$XDG_CACHE_HOME/tandem/kernels`, else `~/.cache/tandem/kernels`.
@@ -122,6 +127,8 @@ impl KernelCache {
         KernelCache {
             dir,
             slots: Mutex::new(HashMap::new()),
+            write_failed: AtomicBool::new(false),
+            warnings: Mutex::new(Vec::new()),
         }
     }
 
@@ -134,6 +141,20 @@ impl KernelCache {
 
     pub fn dir(&self) -> Option<&Path> {
         self.dir.as_deref()
+    }
+
+    /// The warnings this cache has printed (damaged files, an unwritable folder), in order.
+    pub fn warnings(&self) -> Vec<String> {
+        self.warnings.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Prints `msg` on stderr the first time this cache meets it.
+    fn warn(&self, msg: String) {
+        let mut seen = self.warnings.lock().unwrap_or_else(|p| p.into_inner());
+        if !seen.contains(&msg) {
+            eprintln!("tandem: {msg}");
+            seen.push(msg);
+        }
     }
 
     /// The code object for `req`: from memory, else from disk, else from `compile` (at most once
@@ -172,9 +193,16 @@ impl KernelCache {
                 req.arch,
                 started.elapsed().as_secs_f64()
             );
-            if let Err(e) = self.publish(&key, &code) {
-                // A read-only or full cache folder costs a recompile next run, nothing more.
-                warn_once(&format!("kernel cache: cannot write {}: {e}", self.describe(&key)));
+            if !self.write_failed.load(Ordering::Relaxed) {
+                if let Err(e) = self.publish(&key, &code) {
+                    // A read-only or full cache folder costs a recompile next run, nothing more.
+                    self.write_failed.store(true, Ordering::Relaxed);
+                    let dir = self.dir.as_deref().unwrap_or(Path::new("")).display();
+                    self.warn(format!(
+                        "kernel cache: cannot write {}: {e}; kernels compiled by this process stay in memory only (folder {dir})",
+                        self.describe(&key)
+                    ));
+                }
             }
             Ok(Arc::new(code))
         });
@@ -190,9 +218,32 @@ impl KernelCache {
     }
 
     /// A whole, intact cached file's payload; `None` for absent, short, torn or foreign files.
+    /// A file that exists but does not decode is reported (once) and left for the recompile
+    /// to replace.
     fn read(&self, key: &CacheKey) -> Option<Vec<u8>> {
-        let bytes = std::fs::read(self.path(key)?).ok()?;
-        decode(&bytes)
+        let path = self.path(key)?;
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            // Absent, or a folder that is not one (reported when writing fails).
+            Err(_) if !path.is_file() => return None,
+            Err(e) => {
+                self.warn(format!(
+                    "kernel cache: cannot read {}: {e}; recompiling",
+                    path.display()
+                ));
+                return None;
+            }
+        };
+        match decode(&bytes) {
+            Ok(code) => Some(code),
+            Err(why) => {
+                self.warn(format!(
+                    "kernel cache: {} is damaged ({why}); recompiling and replacing it",
+                    path.display()
+                ));
+                None
+            }
+        }
     }
 
     /// Writes to a unique temp file in the same folder, then renames over the final name
@@ -235,26 +286,28 @@ fn encode(code: &[u8]) -> Vec<u8> {
     out
 }
 
-fn decode(bytes: &[u8]) -> Option<Vec<u8>> {
-    if bytes.len() < HEADER_BYTES || &bytes[..8] != MAGIC {
-        return None;
+/// The payload of a whole file, or why the bytes are not one.
+fn decode(bytes: &[u8]) -> Result<Vec<u8>, &'static str> {
+    if bytes.len() < HEADER_BYTES {
+        return Err("shorter than the header");
     }
-    let version = u32::from_le_bytes(bytes[8..12].try_into().ok()?);
-    let len = u64::from_le_bytes(bytes[12..20].try_into().ok()?);
+    if &bytes[..8] != MAGIC {
+        return Err("not a tandem kernel file");
+    }
+    let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+    if version != CACHE_FORMAT_VERSION {
+        return Err("another cache format version");
+    }
+    let mut len = [0u8; 8];
+    len.copy_from_slice(&bytes[12..20]);
     let payload = &bytes[HEADER_BYTES..];
-    if version != CACHE_FORMAT_VERSION || payload.len() as u64 != len || Sha256::digest(payload)[..] != bytes[20..52] {
-        return None;
+    if payload.len() as u64 != u64::from_le_bytes(len) {
+        return Err("truncated: payload length differs from the header");
     }
-    Some(payload.to_vec())
-}
-
-fn warn_once(msg: &str) {
-    static SEEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
-    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
-    if !seen.iter().any(|s| s == msg) {
-        eprintln!("tandem: {msg}");
-        seen.push(msg.to_string());
+    if Sha256::digest(payload)[..] != bytes[20..52] {
+        return Err("payload does not match its hash");
     }
+    Ok(payload.to_vec())
 }
 
 #[cfg(test)]

@@ -116,13 +116,28 @@ fn torn_short_and_foreign_files_are_recompiled() {
         b"not a tandem kernel file at all, just some bytes of the same size...".to_vec(),
     ];
     for (i, bad) in damaged.iter().enumerate() {
-        assert!(decode(bad).is_none(), "case {i} accepted");
+        assert!(decode(bad).is_err(), "case {i} accepted");
         std::fs::write(&path, bad).unwrap();
         let before = calls.load(Ordering::SeqCst);
-        let (code, origin) = KernelCache::new(Some(dir.clone()))
+        let damaged_cache = KernelCache::new(Some(dir.clone()));
+        let (code, origin) = damaged_cache
             .get_or_compile(&req, || fake(&calls, "src", "sm_90"))
             .unwrap();
+        // Reported once, naming the file; a second ask is served from memory without a repeat.
+        damaged_cache
+            .get_or_compile(&req, || fake(&calls, "src", "sm_90"))
+            .unwrap();
+        let warnings = damaged_cache.warnings();
+        assert_eq!(warnings.len(), 1, "case {i}: {warnings:?}");
+        assert!(
+            warnings[0].contains("damaged") && warnings[0].contains(&req.key().0),
+            "{warnings:?}"
+        );
+        let cache = KernelCache::new(Some(dir.clone()));
+        let (again, _) = cache.get_or_compile(&req, || fake(&calls, "src", "sm_90")).unwrap();
         assert_eq!(origin, Origin::Compiled, "case {i}");
+        assert_eq!(again, code, "case {i}: repaired file serves the same bytes");
+        assert!(cache.warnings().is_empty(), "case {i}: a repaired file is not reported");
         assert_eq!(&code[..], b"code[src|sm_90]");
         assert_eq!(calls.load(Ordering::SeqCst), before + 1);
         // The recompile repaired the file.
@@ -215,6 +230,20 @@ fn unwritable_cache_still_returns_code_and_memory_only_cache_works() {
     let cache = KernelCache::new(Some(blocker.join("sub")));
     let (code, _) = cache.get_or_compile(&req, || fake(&calls, "src", "sm_90")).unwrap();
     assert_eq!(&code[..], b"code[src|sm_90]");
+    // A second kernel family neither fails nor repeats the warning.
+    let other = request("src2", &opts, "sm_90");
+    let (code2, origin2) = cache.get_or_compile(&other, || fake(&calls, "src2", "sm_90")).unwrap();
+    assert_eq!((&code2[..], origin2), (&b"code[src2|sm_90]"[..], Origin::Compiled));
+    let warnings = cache.warnings();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("cannot write") && warnings[0].contains("memory only"),
+        "{warnings:?}"
+    );
+    assert_eq!(
+        cache.get_or_compile(&req, || fake(&calls, "src", "sm_90")).unwrap().1,
+        Origin::Memory
+    );
     std::fs::remove_file(&blocker).unwrap();
     let mem = KernelCache::new(None);
     assert_eq!(
@@ -244,4 +273,118 @@ fn cache_dir_follows_the_environment_rules() {
     let off = [("HOME", "/home/u"), ("TANDEM_KERNEL_CACHE", "off")];
     assert_eq!(cache_dir_from(env(&off)), None);
     assert_eq!(cache_dir_from(env(&[])), None);
+}
+
+/// A payload large enough that a torn write or read would show (several pages).
+fn big_payload() -> Vec<u8> {
+    (0..300_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect()
+}
+
+const CHILD_ENV: &str = "TANDEM_JIT_TEST_CHILD_DIR";
+
+/// Publishes the same key over and over while reading it back raw: every read must be absent or
+/// a whole file with the expected payload. Returns a description of the first bad read.
+fn hammer(dir: &Path, rounds: usize) -> Result<(), String> {
+    let opts = vec![];
+    let req = request("src", &opts, "race");
+    let key = req.key();
+    let want = big_payload();
+    for round in 0..rounds {
+        let cache = KernelCache::new(Some(dir.to_path_buf()));
+        let (code, _) = cache
+            .get_or_compile(&req, || Ok(big_payload()))
+            .map_err(|e| e.to_string())?;
+        if code[..] != want[..] {
+            return Err(format!("round {round}: get_or_compile returned other bytes"));
+        }
+        if !cache.warnings().is_empty() {
+            return Err(format!("round {round}: {:?}", cache.warnings()));
+        }
+        cache
+            .publish(&key, &want)
+            .map_err(|e| format!("round {round}: publish: {e}"))?;
+        match std::fs::read(cache.path(&key).unwrap()) {
+            Ok(bytes) => match decode(&bytes) {
+                Ok(p) if p == want => {}
+                Ok(_) => return Err(format!("round {round}: other payload")),
+                Err(why) => return Err(format!("round {round}: partial file ({why}, {} bytes)", bytes.len())),
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("round {round}: {e}")),
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn readers_never_see_a_partial_file_across_threads() {
+    let dir = temp_dir("hammer-threads");
+    let results: Vec<Result<(), String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..6).map(|_| s.spawn(|| hammer(&dir, 40))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for r in results {
+        r.unwrap();
+    }
+    let names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names.len(), 1, "temp files left behind: {names:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Child half of the multi-process test: does nothing unless started by it.
+#[test]
+fn cache_child_process() {
+    if let Some(dir) = std::env::var_os(CHILD_ENV) {
+        if let Err(e) = hammer(Path::new(&dir), 40) {
+            eprintln!("child failed: {e}");
+            std::process::exit(3);
+        }
+        eprintln!("hammer child done");
+    }
+}
+
+#[test]
+fn readers_never_see_a_partial_file_across_processes() {
+    let dir = temp_dir("hammer-procs");
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            std::process::Command::new(&exe)
+                .args([
+                    "--exact",
+                    "gpu::jit::tests::cache_child_process",
+                    "--test-threads=1",
+                    "--nocapture",
+                ])
+                .env(CHILD_ENV, &dir)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    // The parent reads alongside the children.
+    let parent = hammer(&dir, 40);
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && err.contains("hammer child done"),
+            "child: {err}"
+        );
+    }
+    parent.unwrap();
+    let bytes = std::fs::read(dir.join(format!("{}.bin", request("src", &[], "race").key().0))).unwrap();
+    assert_eq!(decode(&bytes).unwrap(), big_payload());
+    let names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names.len(), 1, "temp files left behind: {names:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
