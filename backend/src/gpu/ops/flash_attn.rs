@@ -156,29 +156,22 @@ pub fn tiling(
         return None;
     }
     let max_row_groups = THREADS / chunks;
-    let mut shapes: Vec<(Variant, usize, usize)> = Vec::new();
     // A decode kernel holding the whole group where one fits (padded rows cost some work, no
     // bounds), else the large kernel over blocks of up to 32 rows (fewer where the output
     // threads or the shared memory run out).
-    for r in [4usize, 8, 16] {
-        if group_rows <= r && r / DECODE_OROWS <= max_row_groups {
-            shapes.push((Variant::Decode(r), r, r / DECODE_OROWS));
-            break;
-        }
-    }
+    let decode = [4usize, 8, 16]
+        .into_iter()
+        .find(|&r| group_rows <= r && r / DECODE_OROWS <= max_row_groups)
+        .map(|r| (Variant::Decode(r), r, r / DECODE_OROWS));
     let most = LARGE_ROWS.min(LARGE_OROWS * max_row_groups);
-    let mut rows = if group_rows <= most {
+    let first = if group_rows <= most {
         group_rows
     } else {
         group_rows.div_ceil(group_rows.div_ceil(most))
     };
-    loop {
-        shapes.push((Variant::Large, rows, rows.div_ceil(LARGE_OROWS)));
-        if rows == 1 {
-            break;
-        }
-        rows = rows.div_ceil(2);
-    }
+    let large = std::iter::successors(Some(first), |&r| (r > 1).then(|| r.div_ceil(2)))
+        .map(|r| (Variant::Large, r, r.div_ceil(LARGE_OROWS)));
+    let shapes = decode.into_iter().chain(large);
     // Pipelined tiles: 32 rows, so that more blocks share an SM and each has a tile in flight.
     let kts: &[usize] = if buffers > 1 {
         &[32, 16, 64, 8]
@@ -239,11 +232,6 @@ pub fn splits(base: usize, n_kv: usize, kt: usize, target: usize) -> (usize, usi
 fn elem_strides(t: &Tensor) -> Option<[i64; 4]> {
     let align = if t.ty.is_quantized() { 2 } else { t.ty.type_size() };
     super::rows::aligned_strides(t, align)
-}
-
-/// ALiBi bases `(n_head_log2, m0, m1)` as the CPU computes them.
-fn alibi(max_bias: f32, n_head: i64) -> (i32, f32, f32) {
-    super::softmax::alibi_bases(max_bias, n_head as u32)
 }
 
 /// The kernel's shape for `node` on a device with `budget` bytes of shared memory per block,
@@ -326,7 +314,7 @@ pub fn fa_shape(node: &Node<'_>, budget: usize, buffers: usize) -> Option<(FaSha
         s.nbm = super::rows::aligned_strides(m, 2)?;
         s.nem2 = m.ne[2];
         s.nem3 = m.ne[3];
-        (s.n_head_log2, s.m0, s.m1) = alibi(p.max_bias, n_head);
+        (s.n_head_log2, s.m0, s.m1) = super::softmax::alibi_bases(p.max_bias, n_head as u32);
     }
     if let Some(sk) = node.src(4) {
         s.has_sinks = 1;
