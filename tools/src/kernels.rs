@@ -49,16 +49,46 @@ pub fn kernels(build: bool, device: Option<&str>) -> Result<bool, String> {
                 .map(|d| d.display().to_string())
                 .unwrap_or_else(|| "off".into())
         );
-        // One family at a time, so the progress shows which one is compiling (some take a
-        // minute on first use).
-        let mut progress = Progress::new("kernels --build", "families", catalog.len());
-        for k in catalog {
-            if let Err(e) = g.kernels().module(k.family) {
-                ok = false;
-                progress.println(&format!("  {:<14} FAIL: {e}", k.family));
-            }
-            progress.step(k.family);
+        // Families compile side by side (each NVRTC / hiprtc program on its own thread, up to
+        // one per core and at most 8, as each compile takes up to a few hundred MB); the
+        // progress line names each one as it finishes.
+        // The AMD matrix-tile family runs on an NVIDIA device only as the emulation test
+        // (`TANDEM_WMMA_EMULATE`); it is the slowest to compile (minutes), so it is left out there.
+        let skip_wmma = g.info().arch.starts_with("sm_") && tandem_backend::Config::get().wmma_emulate.is_none();
+        if skip_wmma {
+            println!("  wmma: left out (AMD matrix tiles; on NVIDIA only with TANDEM_WMMA_EMULATE)");
         }
+        let catalog: Vec<_> = catalog.iter().filter(|k| !(skip_wmma && k.family == "wmma")).collect();
+        let mut progress = Progress::new("kernels --build", "families", catalog.len());
+        let workers = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            .clamp(1, 8)
+            .min(catalog.len().max(1));
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            for _ in 0..workers {
+                let tx = tx.clone();
+                let (next, catalog) = (&next, &catalog);
+                s.spawn(move || loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(k) = catalog.get(i) else { break };
+                    let r = g.kernels().module(k.family).map(|_| ());
+                    if tx.send((k.family, r)).is_err() {
+                        break;
+                    }
+                });
+            }
+            drop(tx);
+            for (family, r) in rx {
+                if let Err(e) = r {
+                    ok = false;
+                    progress.println(&format!("  {family:<14} FAIL: {e}"));
+                }
+                progress.step(family);
+            }
+        });
         progress.finish();
         for r in g.kernels().records() {
             println!(
