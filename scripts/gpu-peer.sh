@@ -19,6 +19,8 @@
 #                                         # libraries loaded; ARGS go to it (gen ... | run ...)
 #
 # PEER_TARGET_DIR: the cargo target folder of the pack step (default target/gpu-peer).
+# PEER_CUDA_DIR: where the CUDA builds are kept (default DIR; a folder outside DIR survives
+# replacing DIR with a newer pack).
 # The CUDA library loads into the same ggml (libggml-base) as the plugin, so both backends see
 # one ggml, version-matched to the plugin's tests (ggml from llama-cpp-sys-2).
 set -euo pipefail
@@ -60,11 +62,11 @@ print(next(p["manifest_path"] for p in m["packages"] if p["name"] == "llama-cpp-
 }
 
 # build_cuda DIR FA: builds libggml-cuda.so (FlashAttention kernels on when FA is ON) once into
-# DIR/cuda (DIR/cuda-fa with them) and prints its path.
+# DIR/cuda (DIR/cuda-fa with them; DIR is PEER_CUDA_DIR where set) and prints its path.
 build_cuda() {
     local dir="$1" fa="$2"
-    local out_dir="$dir/cuda"
-    [ "$fa" = ON ] && out_dir="$dir/cuda-fa"
+    local out_dir="${PEER_CUDA_DIR:-$dir}/cuda"
+    [ "$fa" = ON ] && out_dir="${PEER_CUDA_DIR:-$dir}/cuda-fa"
     local cuda="$out_dir/libggml-cuda.so"
     if [ ! -f "$cuda" ]; then
         for tool in cmake nvcc c++; do
