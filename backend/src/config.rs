@@ -15,6 +15,23 @@ pub enum F16Prefill {
     Always,
 }
 
+/// `TANDEM_OFFLOAD_EXEC`: who computes the nodes whose weights a user (or llama.cpp, for the
+/// layers it keeps off the GPU) placed in a GPU device's pinned host memory (`TANDEM<n>_Host`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OffloadExec {
+    /// The host's CPU backend (ggml's), as llama.cpp's CUDA backend leaves its `CUDA_Host`
+    /// weights: the GPU device does not claim that memory, so ggml's scheduler gives those nodes
+    /// to the CPU and hands activations across at the layer's edges; batches of 32 and more
+    /// still come to the GPU with their weights copied in (`offload_op`).
+    Cpu,
+    /// The GPU device's kernels, reading the weights over the bus.
+    Gpu,
+    /// Split nodes: the GPU computes a share of a GEMV's rows over the bus while the device's
+    /// CPU threads compute the rest from the same bytes (`gpu::split`); nodes a split does not
+    /// take run as with `Gpu`.
+    Split,
+}
+
 /// Where a setting's value came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {
@@ -50,7 +67,7 @@ pub fn max_threads() -> usize {
     (4 * cpus).min(1024)
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     /// `TANDEM_HOST_DEVICE`: `Some(true)` forces the host device, `Some(false)` hides it, `None`
     /// offers it only when no GPU is found.
@@ -84,6 +101,13 @@ pub struct Config {
     /// same addresses) into a device graph (a CUDA graph) and from then on replays it with one
     /// launch; off, every run queues its kernels one by one.
     pub graphs: bool,
+    /// `TANDEM_OFFLOAD_EXEC`: see [`OffloadExec`].
+    pub offload_exec: OffloadExec,
+    /// `TANDEM_SPLIT_SHARE`: `None` (auto) learns each shape's GPU share online; `Some(x)` uses
+    /// x in [0, 1] for every split node.
+    pub split_share: Option<f64>,
+    /// `TANDEM_TRACE_SPLIT`: print each split shape's share and rates at power-of-two calls.
+    pub trace_split: bool,
     /// `TANDEM_CPU_SCALAR` (read again by `tandem_ops::simd`, which cannot see this crate).
     pub cpu_scalar: bool,
     /// Every variable above as read, in the order of `docs/env-vars.md`.
@@ -162,6 +186,43 @@ impl Config {
             "unset: native tiles only",
             |l| format!("gfx{l} layout"),
         );
+        let offload_exec = r
+            .parse(
+                "TANDEM_OFFLOAD_EXEC",
+                "cpu, gpu or split",
+                |v| match v.trim().to_ascii_lowercase().as_str() {
+                    "cpu" => Some(OffloadExec::Cpu),
+                    "gpu" => Some(OffloadExec::Gpu),
+                    "split" => Some(OffloadExec::Split),
+                    _ => None,
+                },
+                "split: GPU and CPU together",
+                |v| {
+                    match v {
+                        OffloadExec::Cpu => "cpu: ggml's CPU backend",
+                        OffloadExec::Gpu => "gpu: kernels over the bus",
+                        OffloadExec::Split => "split: GPU and CPU together",
+                    }
+                    .to_string()
+                },
+            )
+            .unwrap_or(OffloadExec::Split);
+        let split_share = r.parse(
+            "TANDEM_SPLIT_SHARE",
+            "auto or a number from 0 to 1",
+            |v| match v.trim().to_ascii_lowercase().as_str() {
+                "auto" => Some(None),
+                x => x.parse::<f64>().ok().filter(|x| (0.0..=1.0).contains(x)).map(Some),
+            },
+            "auto: learnt per shape",
+            |v| {
+                v.map_or("auto: learnt per shape".to_string(), |x| {
+                    format!("{x} of the rows on the GPU")
+                })
+            },
+        );
+        let split_share = split_share.flatten();
+        let trace_split = r.flag("TANDEM_TRACE_SPLIT", false);
         let cpu_scalar = r.flag("TANDEM_CPU_SCALAR", false);
         Config {
             host_device,
@@ -174,6 +235,9 @@ impl Config {
             dependent_launch,
             early_activations,
             graphs,
+            offload_exec,
+            split_share,
+            trace_split,
             cpu_scalar,
             settings: r.settings,
             warnings: r.warnings,
@@ -401,6 +465,20 @@ mod tests {
             "{:?}",
             c.warnings
         );
+        assert_eq!(with("TANDEM_OFFLOAD_EXEC", "GPU").offload_exec, OffloadExec::Gpu);
+        assert_eq!(with("TANDEM_OFFLOAD_EXEC", "cpu").offload_exec, OffloadExec::Cpu);
+        assert_eq!(Config::from_lookup(|_| None).offload_exec, OffloadExec::Split);
+        let c = with("TANDEM_OFFLOAD_EXEC", "both");
+        assert_eq!((c.offload_exec, c.warnings.len()), (OffloadExec::Split, 1));
+        assert!(c.warnings[0].contains("is not cpu, gpu or split"), "{:?}", c.warnings);
+        assert_eq!(with("TANDEM_SPLIT_SHARE", "0.25").split_share, Some(0.25));
+        assert_eq!(with("TANDEM_SPLIT_SHARE", "0").split_share, Some(0.0));
+        assert_eq!(with("TANDEM_SPLIT_SHARE", "1").split_share, Some(1.0));
+        assert_eq!(with("TANDEM_SPLIT_SHARE", "Auto").split_share, None);
+        for bad in ["1.5", "-0.1", "half", "NaN"] {
+            let c = with("TANDEM_SPLIT_SHARE", bad);
+            assert_eq!((c.split_share, c.warnings.len()), (None, 1), "{bad}");
+        }
         let c = with("TANDEM_WMMA_EMULATE", "13");
         assert_eq!((c.wmma_emulate, c.warnings.len()), (None, 1));
         let c = with("TANDEM_THREADS", "abc");
@@ -434,7 +512,7 @@ mod tests {
         let c = Config::from_lookup(|_| None);
         assert!(c.warnings.is_empty());
         assert!(c.settings.iter().all(|s| s.source == Source::Default));
-        assert_eq!(c.settings.len(), 11);
+        assert_eq!(c.settings.len(), 14);
         let c = with("TANDEM_DISABLE_DISPATCH", "hip.rope, hip.mma");
         let s = setting(&c, "TANDEM_DISABLE_DISPATCH");
         assert_eq!((s.value.as_str(), s.source), ("hip.rope,hip.mma", Source::Env));

@@ -11,7 +11,7 @@ pub mod plan;
 pub mod stats;
 
 pub use buffer::HostBuffer;
-pub use config::{Config, F16Prefill, Setting, Source};
+pub use config::{Config, F16Prefill, OffloadExec, Setting, Source};
 pub use device::{devices, Device, DeviceKind, HostDevice};
 pub use executor::ExecError;
 pub use plan::{Placement, Plan};

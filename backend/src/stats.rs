@@ -8,6 +8,12 @@ pub struct GraphStats {
     pub gpu_dispatches: usize,
     pub cpu_fallback_nodes: usize,
     pub split_nodes: usize,
+    /// Matmuls on pinned weights that split mode ran whole, and the first one's reason
+    /// (`exec::split_refusal`).
+    pub split_refused: usize,
+    pub split_refusal: Option<&'static str>,
+    /// GPU: matmuls whose weight was copied from pinned host memory before its kernel ran.
+    pub staged_nodes: usize,
     pub noop_nodes: usize,
     pub plan_cached: bool,
     pub plan_us: u64,
@@ -46,6 +52,17 @@ impl std::fmt::Display for GraphStats {
             self.launch_us,
             self.wall_us
         )?;
+        if self.staged_nodes > 0 {
+            write!(f, " staged={}", self.staged_nodes)?;
+        }
+        if self.split_refused > 0 {
+            write!(
+                f,
+                " split_refused={} ({})",
+                self.split_refused,
+                self.split_refusal.unwrap_or("-")
+            )?;
+        }
         if self.queue_us > 0 {
             write!(f, " queue_us={}", self.queue_us)?;
         }

@@ -89,8 +89,9 @@ unsafe extern "C" fn free(backend: *mut Backend) {
     })
 }
 
-/// `ggml_backend_set_n_threads` (through `get_proc_address`): resizes the host device's worker
-/// pool, as ggml's CPU backend follows its host's thread count. A positive `TANDEM_THREADS`
+/// `ggml_backend_set_n_threads` (through `get_proc_address`): resizes the worker pool of the
+/// host device (and of a GPU device: its CPU fallback and split nodes), as ggml's CPU backend
+/// follows its host's thread count. A positive `TANDEM_THREADS`
 /// pins the pool and wins; hosts call this before every graph, and an unchanged count costs
 /// nothing.
 pub unsafe extern "C" fn set_n_threads(backend: *mut Backend, n_threads: c_int) {
@@ -100,8 +101,10 @@ pub unsafe extern "C" fn set_n_threads(backend: *mut Backend, n_threads: c_int) 
         }
         // SAFETY: ggml resolves this function through tandem's registry and calls it with
         // tandem's backends only.
-        if let Device::Host(h) = &*unsafe { ctx(backend) }.device {
-            h.set_threads((n_threads as usize).min(tandem_backend::config::max_threads()));
+        let n = (n_threads as usize).min(tandem_backend::config::max_threads());
+        match &*unsafe { ctx(backend) }.device {
+            Device::Host(h) => h.set_threads(n),
+            Device::Gpu(g) => g.set_threads(n),
         }
     })
 }

@@ -11,7 +11,7 @@ use crate::{backend, buffer};
 use std::ffi::{c_char, c_void, CString};
 use std::ptr::{null, null_mut};
 use std::sync::Arc;
-use tandem_backend::{Device, DeviceKind};
+use tandem_backend::{Config, Device, DeviceKind, OffloadExec};
 
 /// Context of one device entry (process lifetime).
 pub struct DeviceCtx {
@@ -244,8 +244,11 @@ unsafe extern "C" fn dev_supports_buft(dev: *mut CDevice, buft: *mut BufferType)
             // tandem devices' buffers are not host memory to it unless ggml says so.
             // SAFETY: ggml passes a live buffer type.
             Device::Host(_) => host().is_ok_and(|h| unsafe { (h.buft_is_host)(buft) }),
-            // A GPU device computes in its own memory and its pinned host memory only.
-            Device::Gpu(_) => buft == ctx.host_buft,
+            // A GPU device computes in its own memory, and in its pinned host memory unless
+            // `TANDEM_OFFLOAD_EXEC=cpu` leaves nodes on weights there to ggml's CPU backend (as
+            // llama.cpp's CUDA backend does with its `CUDA_Host` memory). llama.cpp puts the
+            // layers it keeps off the GPU (`-ngl`, `-ot ...=CPU`) in this memory.
+            Device::Gpu(_) => buft == ctx.host_buft && Config::get().offload_exec != OffloadExec::Cpu,
         }
     })
 }

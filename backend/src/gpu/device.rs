@@ -6,15 +6,16 @@ use super::exec::{self, GpuPlan, GpuStep};
 use super::kernels::Kernels;
 use super::memory::{DeviceAlloc, MemKind, MemoryMap, PinnedAlloc};
 use super::registry::{LaunchCtx, Node, Registry, Scratch};
-use super::safe::{Context, GraphExec, KernelArgs, Stream};
+use super::safe::{Context, DeviceBuffer, Event, GraphExec, KernelArgs, Stream};
+use super::split::{self, Observation, ShapeReport, ShareMode, SplitKey, SplitScheduler};
 use super::{GpuBackend, KernelCache};
-use crate::config::Config;
+use crate::config::{Config, OffloadExec};
 use crate::executor::ExecError;
 use crate::stats::{DeviceGraph, GraphStats};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
-use tandem_graph::{Graph, Tensor, TensorId};
+use tandem_graph::{Graph, Op, Tensor, TensorId};
 use tandem_ops::{CpuContext, Srcs};
 
 /// Plans kept per device before the cache is cleared.
@@ -27,7 +28,9 @@ pub struct GpuDevice {
     kernels: Kernels,
     registry: Registry,
     mem: Arc<MemoryMap>,
-    cpu: CpuContext,
+    /// The CPU fallback's and the split nodes' worker pool; replaced whole when the host asks
+    /// for another thread count (a graph holds its own reference).
+    cpu: RwLock<Arc<CpuContext>>,
     exec: Mutex<ExecState>,
 }
 
@@ -47,6 +50,24 @@ struct ExecState {
     /// By plan key: the graph last run with that plan, and its device graph once it came again
     /// unchanged (`GpuDevice::run_as_device_graph`).
     graphs: HashMap<u64, LastGraph>,
+    /// Split nodes' shares, learnt per shape.
+    split: SplitScheduler,
+    /// Device copy of the weight of the staged matmul running (`GpuStep::Staged`).
+    weight_stage: Option<DeviceBuffer>,
+    /// Events of the split nodes of the graph running (by split index in the run): after the
+    /// activations' download, before and after the GPU's rows.
+    split_events: Vec<[Event; 3]>,
+    /// The split calls of the graph running whose GPU time is read once it has finished.
+    split_pending: Vec<PendingSplit>,
+}
+
+/// One split call waiting for its GPU time (`ExecState::split_pending`).
+struct PendingSplit {
+    key: SplitKey,
+    events: usize,
+    gpu_rows: usize,
+    cpu_rows: usize,
+    cpu_s: f64,
 }
 
 /// Runs in a row, launch by launch, of one unchanged graph before the next is captured
@@ -132,7 +153,7 @@ impl GpuDevice {
             kernels,
             registry: Registry::new(Config::get()),
             mem: Arc::new(MemoryMap::default()),
-            cpu: CpuContext::new(threads),
+            cpu: RwLock::new(Arc::new(CpuContext::new(threads))),
             exec: Mutex::new(ExecState {
                 stream,
                 scratch: Scratch::new(ctx.clone()),
@@ -140,6 +161,13 @@ impl GpuDevice {
                 plans: HashMap::new(),
                 queued_at: Vec::new(),
                 graphs: HashMap::new(),
+                split: SplitScheduler::new(
+                    Config::get().split_share.map_or(ShareMode::Auto, ShareMode::Fixed),
+                    Config::get().trace_split,
+                ),
+                split_events: Vec::new(),
+                split_pending: Vec::new(),
+                weight_stage: None,
             }),
             ctx,
         })
@@ -169,8 +197,31 @@ impl GpuDevice {
         &self.registry
     }
 
-    pub fn cpu(&self) -> &CpuContext {
-        &self.cpu
+    /// The current worker pool of the CPU fallback and the split nodes.
+    pub fn cpu(&self) -> Arc<CpuContext> {
+        self.cpu.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Resizes the worker pool to `threads` (0 = one per core); a no-op when the size matches.
+    pub fn set_threads(&self, threads: usize) {
+        let want = if threads == 0 {
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+        } else {
+            threads
+        };
+        if self.cpu().n_threads() != want {
+            *self.cpu.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(CpuContext::new(want));
+        }
+    }
+
+    /// How split nodes choose their GPU share from now on (`TANDEM_SPLIT_SHARE` at start).
+    pub fn set_split_share(&self, mode: ShareMode) {
+        self.state().split.set_mode(mode);
+    }
+
+    /// Every split shape run so far: its share and the two sides' rates.
+    pub fn split_report(&self) -> Vec<ShapeReport> {
+        self.state().split.report()
     }
 
     pub fn memory_map(&self) -> &Arc<MemoryMap> {
@@ -283,7 +334,13 @@ impl GpuDevice {
     /// The plan `compute` would use for `g` as it is placed now.
     pub fn plan(&self, g: &Graph) -> Result<GpuPlan, ExecError> {
         let kinds = exec::tensor_kinds(g, &self.mem);
-        exec::plan(g, &kinds, &self.registry, false)
+        exec::plan(
+            g,
+            &kinds,
+            &self.registry,
+            false,
+            Config::get().offload_exec == OffloadExec::Split,
+        )
     }
 
     /// Runs `g`, whose tensors live in this device's allocations or in host memory, and waits
@@ -336,7 +393,8 @@ impl GpuDevice {
                 p.clone()
             }
             None => {
-                let p = Arc::new(exec::plan(g, &kinds, &self.registry, cfg.log_dispatch)?);
+                let split = cfg.offload_exec == OffloadExec::Split;
+                let p = Arc::new(exec::plan(g, &kinds, &self.registry, cfg.log_dispatch, split)?);
                 if st.plans.len() >= PLAN_CACHE_CAP {
                     st.plans.clear();
                 }
@@ -345,6 +403,8 @@ impl GpuDevice {
             }
         };
         stats.noop_nodes = plan.noops;
+        stats.split_refused = plan.split_refused;
+        stats.split_refusal = plan.split_refusal;
         stats.plan_us = t0.elapsed().as_micros() as u64;
         let t1 = Instant::now();
         if let Some(Some(runway)) = timing {
@@ -367,8 +427,10 @@ impl GpuDevice {
         let recorded = events.as_ref().map(|(_, end)| end.record(&st.stream));
         let synced = st.stream.synchronize();
         st.scratch.release_retired();
+        let pending = std::mem::take(&mut st.split_pending);
         result?;
         synced.map_err(|e| other(format!("waiting for the graph: {e}")))?;
+        self.observe_splits(&mut st, pending);
         stats.launch_us = t1.elapsed().as_micros() as u64;
         stats.wall_us = t0.elapsed().as_micros() as u64;
         let ms = match (&events, recorded) {
@@ -540,6 +602,18 @@ impl GpuDevice {
                         st.queued_at[*index + 1] = at;
                     }
                 }
+                GpuStep::Staged { index, reg } => {
+                    // SAFETY: forwarded contract.
+                    unsafe { self.run_staged(st, g, kinds, *index, *reg)? };
+                    stats.gpu_dispatches += 1;
+                    stats.staged_nodes += 1;
+                    st.queued_at[*index] = st.stream.launches();
+                }
+                GpuStep::Split { index, reg } => {
+                    // SAFETY: forwarded contract.
+                    unsafe { self.run_split(st, g, kinds, plan, *index, *reg, stats)? };
+                    st.queued_at[*index] = st.stream.launches();
+                }
                 GpuStep::Cpu { range } => {
                     // SAFETY: forwarded contract.
                     unsafe { self.run_group(st, g, kinds, range.clone(), stats)? };
@@ -549,6 +623,295 @@ impl GpuDevice {
             }
         }
         Ok(())
+    }
+
+    /// A split node ([`GpuStep::Split`]): the GPU computes rows `[0, g)` of MUL_MAT `index` (of
+    /// every expert, for a MUL_MAT_ID) reading its weight over the bus, the CPU rows `[g, m)` from
+    /// the same host bytes, `g` from the node's share ([`split::gpu_rows`]). The activations (and
+    /// expert ids) come down once, then the GPU's kernel is queued and the CPU computes its rows
+    /// while it runs; the CPU's rows go up behind the kernel, so whatever reads the result next is
+    /// queued after both.
+    ///
+    /// # Safety
+    /// As [`Self::compute`]; the plan found the node [`exec::splittable`].
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn run_split(
+        &self,
+        st: &mut ExecState,
+        g: &Graph,
+        kinds: &[MemKind],
+        plan: &GpuPlan,
+        index: usize,
+        reg: usize,
+        stats: &mut GraphStats,
+    ) -> Result<(), ExecError> {
+        let id = g.nodes[index];
+        let t = g.tensor(id);
+        let fail = |reason: String| ExecError::Other {
+            index,
+            node: t.name.clone(),
+            reason: format!("split {}: {reason}", t.op),
+        };
+        let (Some(w_id), Some(x_id)) = (t.src[0], t.src[1]) else {
+            return Err(fail("no weight or activations".into()));
+        };
+        let ids_id = t.src[2].filter(|_| t.op == Op::MulMatId);
+        if t.op == Op::MulMatId && ids_id.is_none() {
+            return Err(fail("no expert ids".into()));
+        }
+        let (w, x) = (g.tensor(w_id), g.tensor(x_id));
+        let m = t.ne[0] as usize;
+        // Result columns: MUL_MAT's columns, or MUL_MAT_ID's slots times tokens (contiguous).
+        let cols = (t.ne[1] * t.ne[2] * t.ne[3]) as usize;
+        let key = SplitKey {
+            ty: w.ty,
+            k: w.ne[0],
+            m: t.ne[0],
+            n: t.ne[1] * t.ne[2],
+            experts: if t.op == Op::MulMatId { w.ne[2] } else { 0 },
+        };
+        let events = st.split_pending.len();
+        while st.split_events.len() <= events {
+            let e = || self.ctx.event().map_err(|e| fail(e.to_string()));
+            st.split_events.push([e()?, e()?, e()?]);
+        }
+        let dev = |id: TensorId| exec::device_addr(g.tensor(id), kinds[id.index()]);
+        let lc = LaunchCtx {
+            kernels: &self.kernels,
+            stream: &st.stream,
+            info: self.ctx.info(),
+            scratch: &st.scratch,
+            settled: plan.settled.get(index).copied().unwrap_or(false),
+            ids_ready: true,
+            act_ready: false,
+        };
+        // The GPU's part as a node of its own: the weight's first rows (of every expert), the
+        // result's first rows (same strides), every address as the device sees it. A shape no
+        // registration takes leaves the GPU without rows.
+        let mut gpu_rows = split::gpu_rows(m, st.split.share(key));
+        let mut wg = w.clone();
+        wg.data = dev(w_id);
+        let mut xg = x.clone();
+        xg.data = dev(x_id);
+        let ig = ids_id.map(|i| {
+            let mut t = g.tensor(i).clone();
+            t.data = dev(i);
+            t
+        });
+        let mut dg = t.clone();
+        dg.data = dev(id);
+        let gpu_srcs = |wg: &Tensor, xg: &Tensor, ig: &Option<Tensor>| {
+            let mut srcs: [Option<Tensor>; 3] = [None, None, None];
+            srcs[0] = Some(wg.clone());
+            srcs[1] = Some(xg.clone());
+            srcs[2] = ig.clone();
+            srcs
+        };
+        let mut sub_reg = None;
+        if gpu_rows > 0 && gpu_rows < m {
+            wg.ne[1] = gpu_rows as i64;
+            dg.ne[0] = gpu_rows as i64;
+            // The part's result rows keep the whole result's column stride, which the matmul
+            // kernels follow (they write through the result's strides) but the shape rules
+            // (ggml's: a contiguous result) refuse: ask about the same part with a contiguous
+            // result.
+            let mut probe = dg.clone();
+            probe.nb[1] = 4 * gpu_rows;
+            probe.nb[2] = probe.nb[1] * t.ne[1] as usize;
+            probe.nb[3] = probe.nb[2] * t.ne[2] as usize;
+            let owned = gpu_srcs(&wg, &xg, &ig);
+            let mut srcs: Srcs<'_> = [None; tandem_graph::MAX_SRC];
+            for (s, o) in srcs.iter_mut().zip(&owned) {
+                *s = o.as_ref();
+            }
+            sub_reg = self
+                .registry
+                .choose(&Node { dst: &probe, srcs }, None)
+                .map(|(r, _)| self.registry.get(r));
+            if sub_reg.is_none() {
+                // No kernel for a part: the GPU takes the whole node, as outside split mode.
+                gpu_rows = m;
+                wg.ne[1] = w.ne[1];
+                dg.ne[0] = t.ne[0];
+            }
+        }
+        if gpu_rows == m {
+            sub_reg = Some(self.registry.get(reg));
+        }
+        let cpu_rows = m - gpu_rows;
+        let [ev_x, ev0, ev1] = &st.split_events[events];
+        // The CPU's inputs in staging: `[x | ids | CPU rows]`.
+        let x_bytes = x.nbytes();
+        let ids_bytes = ids_id.map_or(0, |i| g.tensor(i).nbytes());
+        let ids_off = x_bytes.next_multiple_of(64);
+        let out_off = (ids_off + ids_bytes).next_multiple_of(64);
+        let total = out_off + cpu_rows * cols * 4;
+        if cpu_rows > 0 && st.staging.as_ref().is_none_or(|s| s.len() < total) {
+            // The old staging buffer may still feed queued uploads: wait before freeing it.
+            st.stream.synchronize().map_err(|e| fail(e.to_string()))?;
+            st.staging = None;
+            let size = total.next_power_of_two().max(1 << 20);
+            st.staging = Some(self.alloc_pinned(size).map_err(|e| fail(e.to_string()))?);
+        }
+        let base = st.staging.as_ref().map(|s| s.host_ptr() as usize).unwrap_or(0);
+        if cpu_rows > 0 {
+            // SAFETY: the activations (and ids) are contiguous device-visible memory of these
+            // sizes (`splittable` checked); staging holds `total` bytes and its earlier users are
+            // ordered before these copies on the stream.
+            unsafe {
+                st.stream
+                    .copy_dtoh_async(base as *mut u8, DevicePtr(xg.data as u64), x_bytes)
+                    .map_err(|e| fail(e.to_string()))?;
+                if let Some(i) = &ig {
+                    st.stream
+                        .copy_dtoh_async((base + ids_off) as *mut u8, DevicePtr(i.data as u64), ids_bytes)
+                        .map_err(|e| fail(e.to_string()))?;
+                }
+            }
+            ev_x.record(&st.stream).map_err(|e| fail(e.to_string()))?;
+        }
+        if let Some(r) = sub_reg {
+            let owned = gpu_srcs(&wg, &xg, &ig);
+            let mut srcs: Srcs<'_> = [None; tandem_graph::MAX_SRC];
+            for (s, o) in srcs.iter_mut().zip(&owned) {
+                *s = o.as_ref();
+            }
+            ev0.record(&st.stream).map_err(|e| fail(e.to_string()))?;
+            // SAFETY: the node's rows `[0, gpu_rows)` at device addresses; the registration
+            // accepted this shape.
+            unsafe { (r.launch)(&lc, &Node { dst: &dg, srcs }, None) }
+                .map_err(|e| fail(format!("{} ({}): {e}", r.name, t.op)))?;
+            ev1.record(&st.stream).map_err(|e| fail(e.to_string()))?;
+            stats.gpu_dispatches += 1;
+        }
+        let mut cpu_s = 0.0;
+        if cpu_rows > 0 {
+            ev_x.synchronize().map_err(|e| fail(e.to_string()))?;
+            let t0 = Instant::now();
+            let mut wc = w.clone();
+            wc.ne[1] = cpu_rows as i64;
+            wc.data = w.data + gpu_rows * w.nb[1];
+            let mut xc = x.clone();
+            xc.data = base;
+            let ic = ids_id.map(|i| {
+                let mut t = g.tensor(i).clone();
+                t.data = base + ids_off;
+                t
+            });
+            let mut dc = t.clone();
+            dc.ne[0] = cpu_rows as i64;
+            let row = 4 * cpu_rows;
+            dc.nb = [4, row, row * t.ne[1] as usize, row * (t.ne[1] * t.ne[2]) as usize];
+            dc.data = base + out_off;
+            let mut srcs: Srcs<'_> = [None; tandem_graph::MAX_SRC];
+            srcs[0] = Some(&wc);
+            srcs[1] = Some(&xc);
+            srcs[2] = ic.as_ref();
+            // SAFETY: the weight's rows `[gpu_rows, m)` are host memory (pinned); the
+            // activations' and ids' copies are complete (the event) and the output rows are
+            // staging's.
+            unsafe { tandem_ops::cpu::compute(&self.cpu(), &dc, &srcs) }
+                .map_err(|source| ExecError::Op { index, source })?;
+            cpu_s = t0.elapsed().as_secs_f64();
+            for j in 0..cols {
+                // SAFETY: column j's rows `[gpu_rows, m)` of the contiguous result; staging
+                // stays untouched until the stream has passed these copies.
+                unsafe {
+                    st.stream.copy_htod_async(
+                        DevicePtr((dg.data + j * t.nb[1] + gpu_rows * 4) as u64),
+                        (base + out_off + j * row) as *const u8,
+                        row,
+                    )
+                }
+                .map_err(|e| fail(e.to_string()))?;
+            }
+        }
+        stats.split_nodes += 1;
+        st.split_pending.push(PendingSplit {
+            key,
+            events,
+            gpu_rows: if sub_reg.is_some() { gpu_rows } else { 0 },
+            cpu_rows,
+            cpu_s,
+        });
+        Ok(())
+    }
+
+    /// A matmul on a weight in pinned host memory with more columns than a split node takes
+    /// ([`GpuStep::Staged`]): the weight is copied into a device buffer kept for this (grown as
+    /// needed), then the kernel runs on the copy. Both are queued on the stream, so the next
+    /// staged copy waits for this kernel.
+    ///
+    /// # Safety
+    /// As [`Self::compute`]; the plan found the node [`exec::stages_weight`].
+    unsafe fn run_staged(
+        &self,
+        st: &mut ExecState,
+        g: &Graph,
+        kinds: &[MemKind],
+        index: usize,
+        reg: usize,
+    ) -> Result<(), ExecError> {
+        let t = g.tensor(g.nodes[index]);
+        let fail = |reason: String| ExecError::Other {
+            index,
+            node: t.name.clone(),
+            reason: format!("staging {}'s weight: {reason}", t.op),
+        };
+        let w_id = t.src[0].ok_or_else(|| fail("no weight".into()))?;
+        let w = g.tensor(w_id);
+        let bytes = w.nbytes();
+        if st.weight_stage.as_ref().is_none_or(|b| b.len() < bytes) {
+            // Kernels queued earlier may still read the old copy.
+            st.stream.synchronize().map_err(|e| fail(e.to_string()))?;
+            st.weight_stage = None;
+            let size = bytes.next_multiple_of(1 << 20);
+            st.weight_stage = Some(self.ctx.alloc(size).map_err(|e| fail(e.to_string()))?);
+        }
+        let stage = st
+            .weight_stage
+            .as_ref()
+            .map(|b| b.ptr())
+            .ok_or_else(|| fail("no buffer".into()))?;
+        // SAFETY: the weight is `bytes` of pinned host memory (contiguous, `stages_weight`); the
+        // buffer holds at least that, and earlier kernels reading it are ahead on the stream.
+        unsafe { st.stream.copy_htod_async(stage, w.data as *const u8, bytes) }.map_err(|e| fail(e.to_string()))?;
+        let lc = LaunchCtx {
+            kernels: &self.kernels,
+            stream: &st.stream,
+            info: self.ctx.info(),
+            scratch: &st.scratch,
+            settled: false,
+            ids_ready: false,
+            act_ready: false,
+        };
+        // SAFETY: forwarded contract; the copy is queued ahead of the kernel.
+        unsafe { exec::launch_on_weight(&lc, g, kinds, &self.registry, index, reg, stage.0 as usize) }
+    }
+
+    /// Feeds the finished graph's split calls to the scheduler (their GPU times are final now)
+    /// and prints its trace lines.
+    fn observe_splits(&self, st: &mut ExecState, pending: Vec<PendingSplit>) {
+        for p in pending {
+            let gpu_s = if p.gpu_rows > 0 {
+                let [_, e0, e1] = &st.split_events[p.events];
+                match e0.elapsed_ms(e1) {
+                    Ok(ms) => ms as f64 * 1e-3,
+                    Err(_) => continue,
+                }
+            } else {
+                0.0
+            };
+            let o = Observation {
+                gpu_rows: p.gpu_rows,
+                gpu_s,
+                cpu_rows: p.cpu_rows,
+                cpu_s: p.cpu_s,
+            };
+            if let Some(line) = st.split.observe(p.key, o) {
+                eprintln!("tandem: {}: {line}", self.name);
+            }
+        }
     }
 
     /// # Safety
@@ -592,7 +955,7 @@ impl GpuDevice {
         st.stream.synchronize().map_err(fail)?;
         // SAFETY: downloads are complete, GPU work before this group is finished, and the
         // staging buffer is ours alone until the uploads below are queued.
-        unsafe { exec::run_cpu_group(&self.cpu, g, kinds, range, &intervals, base, stats)? };
+        unsafe { exec::run_cpu_group(&self.cpu(), g, kinds, range, &intervals, base, stats)? };
         for iv in intervals.iter().filter(|iv| iv.upload) {
             // SAFETY: staging stays untouched until the stream has passed these copies (the next
             // group synchronizes before writing it).

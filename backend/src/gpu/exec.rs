@@ -21,6 +21,14 @@ pub enum GpuStep {
     Kernel { index: usize, reg: usize, fused: bool },
     /// Nodes `range` of `g.nodes` on the CPU fallback (views inside are no-ops).
     Cpu { range: Range<usize> },
+    /// A split node: MUL_MAT or MUL_MAT_ID `index` of `g.nodes`, whose weight is in pinned host
+    /// memory, computed by the GPU (registration `reg` takes the whole node) and the CPU
+    /// together, a share of the rows each ([`super::split`]).
+    Split { index: usize, reg: usize },
+    /// A matmul of more than 8 columns (a prompt's) whose weight is in pinned host memory: the
+    /// weight is copied into device memory at the copy rate and registration `reg` runs on the
+    /// copy, instead of its kernel reading the weight over the bus once per tile.
+    Staged { index: usize, reg: usize },
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -30,6 +38,12 @@ pub struct GpuPlan {
     pub fused: usize,
     pub cpu_nodes: usize,
     pub noops: usize,
+    pub splits: usize,
+    /// Matmuls on pinned weights that split mode left whole (they run as any other node), and
+    /// the first one's reason.
+    pub split_refused: usize,
+    pub split_refusal: Option<&'static str>,
+    pub staged: usize,
     /// By node index: no node of the graph writes the bytes of that node's first source (its
     /// weights, for a matmul), so a dependent launch may read them before the kernels ahead end.
     pub settled: Vec<bool>,
@@ -93,8 +107,141 @@ fn gpu_visible(g: &Graph, kinds: &[MemKind], id: TensorId) -> bool {
     kinds[id.index()].gpu_visible() && t.src.iter().flatten().all(|s| kinds[s.index()].gpu_visible())
 }
 
-/// Plans `g`; `log` prints each registration's first use. A fallback node the CPU code cannot run fails the plan (nothing has run yet).
-pub fn plan(g: &Graph, kinds: &[MemKind], registry: &Registry, log: bool) -> Result<GpuPlan, ExecError> {
+impl GpuPlan {
+    fn refuse_split(&mut self, why: &'static str) {
+        self.split_refused += 1;
+        self.split_refusal.get_or_insert(why);
+    }
+}
+
+/// Why MUL_MAT or MUL_MAT_ID `id`, whose weight is in pinned host memory, may not run as a
+/// split node; `None` when it may: a MUL_MAT of at most 8 columns on one weight matrix (in
+/// ggml's row layout), or a MUL_MAT_ID of at most 8 tokens, whose activations (and expert ids)
+/// and result are contiguous tensors that the device sees, the result not in pinned memory, and
+/// that the CPU code can run. Also `None` for nodes that are no such matmul.
+pub fn split_refusal(g: &Graph, kinds: &[MemKind], id: TensorId) -> Option<&'static str> {
+    use tandem_graph::ElemType;
+    let t = g.tensor(id);
+    let (Some(w), Some(x)) = (t.src[0], t.src[1]) else {
+        return None;
+    };
+    if !matches!(t.op, Op::MulMat | Op::MulMatId) || !matches!(kinds[w.index()], MemKind::Pinned { .. }) {
+        return None;
+    }
+    let (wt, xt) = (g.tensor(w), g.tensor(x));
+    let refuse = |bad: bool, why: &'static str| if bad { Err(why) } else { Ok(()) };
+    let check = || -> Result<(), &'static str> {
+        match t.op {
+            Op::MulMat => {
+                refuse(wt.ne[2] != 1 || wt.ne[3] != 1, "batched weight")?;
+                refuse(xt.ne[2] != 1 || xt.ne[3] != 1, "batched activations")?;
+                refuse(xt.ne[1] > 8, "more than 8 columns")?;
+            }
+            _ => {
+                let ids = t.src[2].ok_or("no expert ids")?;
+                let it = g.tensor(ids);
+                refuse(!kinds[ids.index()].gpu_visible(), "expert ids not on the device")?;
+                refuse(
+                    it.ty != ElemType::I32 || !it.is_contiguous(),
+                    "expert ids not contiguous i32",
+                )?;
+                refuse(xt.ne[2] > 8, "more than 8 tokens")?;
+            }
+        }
+        refuse(!kinds[x.index()].gpu_visible(), "activations not on the device")?;
+        refuse(
+            !kinds[id.index()].gpu_visible() || matches!(kinds[id.index()], MemKind::Pinned { .. }),
+            "result not in device memory",
+        )?;
+        refuse(
+            t.ty != ElemType::F32 || xt.ty != ElemType::F32 || !t.is_contiguous() || !xt.is_contiguous(),
+            "activations or result not contiguous f32",
+        )?;
+        refuse(wt.nb[0] != wt.ty.type_size(), "weight rows not contiguous")?;
+        refuse(
+            tandem_ops::cpu::check(t, &g.srcs(id)).is_err(),
+            "the CPU code does not run it",
+        )
+    };
+    check().err()
+}
+
+/// Whether matmul `id` copies its weight from pinned host memory into device memory first
+/// ([`GpuStep::Staged`]): more than 8 columns (MUL_MAT) or tokens (MUL_MAT_ID), one contiguous
+/// weight.
+pub fn stages_weight(g: &Graph, kinds: &[MemKind], id: TensorId) -> bool {
+    let t = g.tensor(id);
+    let (Some(w), Some(x)) = (t.src[0], t.src[1]) else {
+        return false;
+    };
+    let (wt, xt) = (g.tensor(w), g.tensor(x));
+    let wide = match t.op {
+        Op::MulMat => xt.ne[1] * xt.ne[2] * xt.ne[3] > 8,
+        Op::MulMatId => xt.ne[2] > 8,
+        _ => false,
+    };
+    wide && matches!(kinds[w.index()], MemKind::Pinned { .. }) && wt.is_contiguous()
+}
+
+/// Launches registration `reg` on matmul `index` as [`launch_step`] does, its weight read from
+/// device address `weight` (a copy of it) instead of where it lies.
+///
+/// # Safety
+/// As [`launch_step`]; `weight` holds the weight's bytes by the time the stream runs the kernel.
+pub unsafe fn launch_on_weight(
+    ctx: &LaunchCtx<'_>,
+    g: &Graph,
+    kinds: &[MemKind],
+    registry: &Registry,
+    index: usize,
+    reg: usize,
+    weight: usize,
+) -> Result<(), ExecError> {
+    let id = g.nodes[index];
+    let t = g.tensor(id);
+    let r = registry.get(reg);
+    let owned: Vec<Option<Tensor>> = t
+        .src
+        .iter()
+        .enumerate()
+        .map(|(k, s)| {
+            s.map(|s| {
+                let addr = if k == 0 {
+                    weight
+                } else {
+                    device_addr(g.tensor(s), kinds[s.index()])
+                };
+                moved(g.tensor(s), addr)
+            })
+        })
+        .collect();
+    let dst = moved(t, device_addr(t, kinds[id.index()]));
+    let mut srcs: Srcs<'_> = [None; tandem_graph::MAX_SRC];
+    for (s, o) in srcs.iter_mut().zip(&owned) {
+        *s = o.as_ref();
+    }
+    // SAFETY: forwarded contract; the predicate accepted the node at plan time (addresses do not
+    // enter its shape rules).
+    unsafe { (r.launch)(ctx, &Node { dst: &dst, srcs }, None) }.map_err(|e| ExecError::Other {
+        index,
+        node: t.name.clone(),
+        reason: format!("{} ({}) on a staged weight: {e}", r.name, t.op),
+    })
+}
+
+/// Whether node `id` may run as a split node ([`split_refusal`] has no reason against it and
+/// its weight is in pinned host memory).
+pub fn splittable(g: &Graph, kinds: &[MemKind], id: TensorId) -> bool {
+    let t = g.tensor(id);
+    matches!(t.op, Op::MulMat | Op::MulMatId)
+        && t.src[0].is_some_and(|w| matches!(kinds[w.index()], MemKind::Pinned { .. }))
+        && split_refusal(g, kinds, id).is_none()
+}
+
+/// Plans `g`; `log` prints each registration's first use; `split` makes MUL_MATs on weights in
+/// pinned host memory split nodes where [`splittable`]. A fallback node the CPU code cannot run
+/// fails the plan (nothing has run yet).
+pub fn plan(g: &Graph, kinds: &[MemKind], registry: &Registry, log: bool, split: bool) -> Result<GpuPlan, ExecError> {
     let uses = consumers(g);
     let mut p = GpuPlan::default();
     let mut cpu_start: Option<usize> = None;
@@ -113,6 +260,38 @@ pub fn plan(g: &Graph, kinds: &[MemKind], registry: &Registry, log: bool) -> Res
             continue;
         }
         let mut chosen = None;
+        if stages_weight(g, kinds, id) && gpu_visible(g, kinds, id) {
+            if let Some((reg, _)) = registry.choose(&Node::of(g, id), None) {
+                close(&mut p, &mut cpu_start, i);
+                if log {
+                    registry.log_first_use(reg);
+                }
+                p.steps.push(GpuStep::Staged { index: i, reg });
+                p.staged += 1;
+                i += 1;
+                continue;
+            }
+        }
+        if split && splittable(g, kinds, id) {
+            let whole = gpu_visible(g, kinds, id)
+                .then(|| registry.choose(&Node::of(g, id), None))
+                .flatten();
+            if let Some((reg, _)) = whole {
+                close(&mut p, &mut cpu_start, i);
+                if log {
+                    registry.log_first_use(reg);
+                }
+                p.steps.push(GpuStep::Split { index: i, reg });
+                p.splits += 1;
+                i += 1;
+                continue;
+            }
+            p.refuse_split("no GPU kernel takes the whole node");
+        } else if split {
+            if let Some(why) = split_refusal(g, kinds, id) {
+                p.refuse_split(why);
+            }
+        }
         if gpu_visible(g, kinds, id) {
             let node = Node::of(g, id);
             let next = g.nodes.get(i + 1).copied().filter(|&n| {
@@ -212,7 +391,7 @@ fn moved(t: &Tensor, data: usize) -> Tensor {
 }
 
 /// The device address of a GPU-visible tensor.
-fn device_addr(t: &Tensor, kind: MemKind) -> usize {
+pub fn device_addr(t: &Tensor, kind: MemKind) -> usize {
     match kind {
         MemKind::Pinned { delta } => (t.data as i64 + delta) as usize,
         _ => t.data,
@@ -583,9 +762,64 @@ mod tests {
         launch: no_launch,
     };
 
+    static MUL_MAT: Registration = Registration {
+        name: "test.mul_mat",
+        op: Op::MulMat,
+        fuses: None,
+        accepts: accept_any,
+        launch: no_launch,
+    };
+
     fn registry(disable: &str) -> Registry {
         let cfg = Config::from_lookup(|k| (k == "TANDEM_DISABLE_DISPATCH").then(|| disable.to_string()));
-        Registry::with(vec![&NORM_MUL, &ADD], &cfg)
+        Registry::with(vec![&NORM_MUL, &ADD, &MUL_MAT], &cfg)
+    }
+
+    /// MUL_MATs on weights in pinned host memory become split nodes in split mode, where their
+    /// shapes allow; in device memory, past 8 columns or outside split mode they take kernels.
+    #[test]
+    fn matmuls_on_pinned_weights_split() {
+        let mut b = GraphBuilder::new();
+        let w = b.new_tensor(ElemType::Q4_0, &[256, 512]);
+        let x = b.new_tensor(ElemType::F32, &[256, 1]);
+        let wide = b.new_tensor(ElemType::F32, &[256, 9]);
+        let y = b.mul_mat(w, x).unwrap();
+        let z = b.mul_mat(w, wide).unwrap();
+        b.add(y, y).unwrap();
+        let g = b.build();
+        let mut kinds = vec![MemKind::Device; g.tensors.len()];
+        kinds[w.index()] = MemKind::Pinned { delta: 0 };
+        let reg = |i| GpuStep::Kernel {
+            index: i,
+            reg: 2,
+            fused: false,
+        };
+        let p = plan(&g, &kinds, &registry(""), false, true).unwrap();
+        assert_eq!(p.steps[0], GpuStep::Split { index: 0, reg: 2 });
+        assert_eq!(
+            p.steps[1],
+            GpuStep::Staged { index: 1, reg: 2 },
+            "9 columns copy the weight"
+        );
+        assert_eq!((p.splits, p.staged, p.kernels, p.split_refused), (1, 1, 1, 0));
+        // A strided view of a weight still splits (each side reads its rows through the
+        // strides) but does not stage: a kernel reads it in place, and the plan says why it did
+        // not split.
+        let mut strided = g.clone();
+        strided.tensor_mut(w).nb[1] *= 2;
+        let p = plan(&strided, &kinds, &registry(""), false, true).unwrap();
+        assert_eq!((p.steps[1].clone(), p.splits), (reg(1), 1));
+        assert_eq!((p.split_refused, p.split_refusal), (1, Some("more than 8 columns")));
+        let p = plan(&g, &kinds, &registry(""), false, false).unwrap();
+        assert_eq!((p.steps[0].clone(), p.splits), (reg(0), 0), "not in split mode");
+        let device = vec![MemKind::Device; g.tensors.len()];
+        let p = plan(&g, &device, &registry(""), false, true).unwrap();
+        assert_eq!((p.steps[0].clone(), p.splits), (reg(0), 0), "weights in device memory");
+        // No kernel for the whole node: no split either, the CPU fallback runs it.
+        let p = plan(&g, &kinds, &registry("test.mul_mat"), false, true).unwrap();
+        assert_eq!(p.steps[0], GpuStep::Cpu { range: 0..2 });
+        assert_eq!(p.split_refusal, Some("no GPU kernel takes the whole node"));
+        let _ = z;
     }
 
     /// x -> rms_norm -> mul(w) -> add(x) -> scale -> add: the norm fuses its MUL, the ADDs get
@@ -602,7 +836,7 @@ mod tests {
         b.add(s, x).unwrap();
         let g = b.build();
         let kinds = vec![MemKind::Device; g.tensors.len()];
-        let p = plan(&g, &kinds, &registry(""), false).unwrap();
+        let p = plan(&g, &kinds, &registry(""), false, false).unwrap();
         assert_eq!(
             p.steps,
             vec![
@@ -629,17 +863,17 @@ mod tests {
         // The norm's result marked as an output may not be fused away; the MUL then falls back.
         let mut out = g.clone();
         out.tensor_mut(g.nodes[0]).output = true;
-        let p = plan(&out, &kinds, &registry(""), false).unwrap();
+        let p = plan(&out, &kinds, &registry(""), false, false).unwrap();
         assert_eq!(p.steps[0], GpuStep::Cpu { range: 0..2 });
 
         // Everything in plain host memory, or every registration disabled: all on the CPU.
         let host = vec![MemKind::Host; g.tensors.len()];
-        let p = plan(&g, &host, &registry(""), false).unwrap();
+        let p = plan(&g, &host, &registry(""), false, false).unwrap();
         assert_eq!(p.steps, vec![GpuStep::Cpu { range: 0..5 }]);
-        let p = plan(&g, &kinds, &registry("test."), false).unwrap();
+        let p = plan(&g, &kinds, &registry("test."), false, false).unwrap();
         assert_eq!(p.steps, vec![GpuStep::Cpu { range: 0..5 }]);
         // Disabling only the fused registration leaves the ADDs on kernels.
-        let p = plan(&g, &kinds, &registry("test.rms_norm_mul"), false).unwrap();
+        let p = plan(&g, &kinds, &registry("test.rms_norm_mul"), false, false).unwrap();
         assert_eq!(p.kernels, 2);
         assert_eq!(p.steps[0], GpuStep::Cpu { range: 0..2 });
     }
@@ -653,7 +887,7 @@ mod tests {
         // A type the CPU's SCALE does not take.
         g.tensor_mut(s).ty = ElemType::Q4_0;
         let kinds = vec![MemKind::Device; g.tensors.len()];
-        let e = plan(&g, &kinds, &registry(""), false).unwrap_err();
+        let e = plan(&g, &kinds, &registry(""), false, false).unwrap_err();
         assert!(e.to_string().contains("SCALE"), "{e}");
     }
 

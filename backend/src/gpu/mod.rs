@@ -21,6 +21,7 @@ pub mod probe;
 pub mod registry;
 pub mod rtc;
 pub mod safe;
+pub mod split;
 
 pub use api::{
     CompileError, DeviceInfo, DevicePtr, GpuError, GpuResult, GpuRuntime, KernelCompiler, LaunchConfig, RuntimeKind,
