@@ -26,6 +26,10 @@ pub enum Placement {
     Cpu,
     /// Every layer on this device (e.g. TANDEM_HOST).
     Device(sys::ggml_backend_dev_t),
+    /// The last N layers on this device, as llama.cpp's `-ngl N --no-mmap`; the others, and the
+    /// output layer unless N exceeds the layer count, in the memory libllama picks for CPU
+    /// layers when it does not map the file: a GPU device's pinned host memory where it has one.
+    Layers(sys::ggml_backend_dev_t, i32),
 }
 
 /// How libllama builds attention.
@@ -206,6 +210,12 @@ fn with_context<T>(
                 devs[0] = d;
                 mp.devices = devs.as_mut_ptr();
                 mp.n_gpu_layers = 999;
+            }
+            Placement::Layers(d, n) => {
+                devs[0] = d;
+                mp.devices = devs.as_mut_ptr();
+                mp.n_gpu_layers = n;
+                mp.load_mode = sys::LLAMA_LOAD_MODE_NONE;
             }
         }
         crate::logs::quiet();

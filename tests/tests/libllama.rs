@@ -213,6 +213,10 @@ fn compare_one(b: &Baseline, opts: Options, dev: sys::ggml_backend_dev_t) {
 }
 
 fn compare_on(b: &Baseline, opts: Options, dev: sys::ggml_backend_dev_t, dev_name: &str) {
+    compare_placed(b, opts, Placement::Device(dev), dev_name)
+}
+
+fn compare_placed(b: &Baseline, opts: Options, placement: Placement, dev_name: &str) {
     let name = format!(
         "{} ({:?}{})",
         name(&b.cfg),
@@ -220,7 +224,7 @@ fn compare_on(b: &Baseline, opts: Options, dev: sys::ggml_backend_dev_t, dev_nam
         if opts.f32_kv_cache { ", f32 K/V" } else { "" }
     );
     let cpu = b.run(opts);
-    let tan = greedy_with(&b.path, Placement::Device(dev), opts, PROMPT, STEPS, THREADS)
+    let tan = greedy_with(&b.path, placement, opts, PROMPT, STEPS, THREADS)
         .unwrap_or_else(|e| panic!("{name} on {dev_name}: {e}"));
     let per_step: Vec<f64> = cpu.logits.iter().zip(&tan.logits).map(|(a, b)| nmse(a, b)).collect();
     let worst = per_step.iter().copied().fold(0.0, f64::max);
@@ -273,6 +277,30 @@ fn tiny_models_on_tandem_gpu_match_cpu() {
     for b in &s.baselines {
         for &opts in contexts(b.cfg.weight_type) {
             compare_on(b, opts, dev, "TANDEM0");
+        }
+    }
+}
+
+/// Layer 0 and the output layer in TANDEM0's pinned host memory (libllama's `-ngl 1 --no-mmap`), where
+/// tandem runs their matmuls as split nodes (`TANDEM_OFFLOAD_EXEC`, GPU and CPU rows together),
+/// layer 1 on the GPU: the CPU's greedy tokens and logits, in every context of the model.
+#[test]
+fn tiny_models_with_host_layers_on_tandem_gpu_match_cpu() {
+    let s = setup();
+    if let Err(e) = &s.tandem {
+        panic!("{e}");
+    }
+    // SAFETY: a registry lookup with a NUL-terminated name; the handle is ggml's.
+    let dev = unsafe { sys::ggml_backend_dev_by_name(c"TANDEM0".as_ptr()) };
+    if dev.is_null() {
+        eprintln!(
+            "SKIP tiny_models_with_host_layers_on_tandem_gpu_match_cpu: no GPU device TANDEM0 (`tandem info` says why)"
+        );
+        return;
+    }
+    for b in &s.baselines {
+        for &opts in contexts(b.cfg.weight_type) {
+            compare_placed(b, opts, Placement::Layers(dev, 1), "TANDEM0 (-ngl 1)");
         }
     }
 }

@@ -9,13 +9,21 @@
 //!   random bytes, so writing takes seconds; the tokens a model generates mean nothing.
 //!
 //! `bench_model run --model FILE [--model FILE ...] --device DEV[,DEV...] [--flash on|off|both]
-//!   [--pp N] [--tg N] [--depth N[,N...]] [--reps N] [--threads N] [--load LIB ...] [--json]`
+//!   [--pp N] [--tg N] [--depth N[,N...]] [--reps N] [--threads N] [--ngl N]
+//!   [--override REGEX=BUFT ...] [--no-mmap] [--load LIB ...] [--json]`
 //!   loads each `--load` library with `ggml_backend_load` (tandem's plugin, a CUDA module),
 //!   then ggml's own backends, and runs every model × device × flash × depth: one warm-up pass
 //!   (kernel compilation, first plans) and `--reps` timed ones, each on a cleared context: the
 //!   depth's tokens decoded untimed, then `--pp` prompt tokens in one batch (prefill tok/s) and
 //!   `--tg` tokens one at a time (decode tok/s). Times include `llama_synchronize`. Prints one
 //!   line per case and, with `--json`, a JSON document on stdout.
+//!   `--ngl` and `--override` place weights as llama.cpp's `-ngl` and `-ot` do: the last N
+//!   layers on the device (default all), and tensors whose name matches REGEX in buffer type
+//!   BUFT: `CPU` (llama.cpp's meaning: the CPU's list, whose first entry is the device's pinned
+//!   host memory where it has one), a device's name (its memory) or `<device>_Host` (its
+//!   pinned host memory), e.g. `--override exps=CPU`. libllama maps the file and keeps CPU
+//!   layers' weights in it unless `--no-mmap` (llama.cpp's `--no-mmap`): then they are read into
+//!   the device's pinned host memory (`<device>_Host`), where tandem runs split nodes on them.
 //!
 //! Exits non-zero when any case fails or none ran.
 
@@ -142,6 +150,9 @@ struct RunArgs {
     depths: Vec<usize>,
     reps: usize,
     threads: usize,
+    ngl: i32,
+    overrides: Vec<(String, String)>,
+    no_mmap: bool,
     loads: Vec<PathBuf>,
     json: bool,
 }
@@ -156,10 +167,13 @@ fn parse_run(args: &[String]) -> Result<RunArgs, String> {
         depths: vec![0],
         reps: 3,
         threads: 4,
+        ngl: 999,
+        overrides: Vec::new(),
+        no_mmap: false,
         loads: Vec::new(),
         json: false,
     };
-    for (f, v) in flags(args, &["--json"])? {
+    for (f, v) in flags(args, &["--json", "--no-mmap"])? {
         match f.as_str() {
             "--model" => a.models.push(PathBuf::from(v)),
             "--device" => a.devices.extend(v.split(',').map(str::to_string)),
@@ -176,8 +190,17 @@ fn parse_run(args: &[String]) -> Result<RunArgs, String> {
             "--depth" => a.depths = v.split(',').map(|d| num(&f, d)).collect::<Result<_, _>>()?,
             "--reps" => a.reps = num(&f, &v)?,
             "--threads" => a.threads = num(&f, &v)?,
+            "--ngl" => a.ngl = i32::try_from(num(&f, &v)?).map_err(|_| format!("--ngl {v}: too large"))?,
+            "--override" => {
+                let (re, buft) = v
+                    .rsplit_once('=')
+                    .filter(|(re, b)| !re.is_empty() && !b.is_empty())
+                    .ok_or(format!("--override {v}: REGEX=BUFT, e.g. exps=CPU"))?;
+                a.overrides.push((re.to_string(), buft.to_string()));
+            }
             "--load" => a.loads.push(PathBuf::from(v)),
             "--json" => a.json = true,
+            "--no-mmap" => a.no_mmap = true,
             _ => return Err(format!("run: unknown flag {f}")),
         }
     }
@@ -332,10 +355,44 @@ fn json(cases: &[Case], a: &RunArgs) -> String {
         .collect();
     serde_json::to_string_pretty(&serde_json::json!({
         "threads": a.threads,
+        "ngl": a.ngl,
+        "no_mmap": a.no_mmap,
+        "overrides": a.overrides.iter().map(|(re, b)| format!("{re}={b}")).collect::<Vec<_>>(),
         "reps": a.reps,
         "cases": rows,
     }))
     .unwrap_or_default()
+}
+
+/// The buffer type `--override` names: `CPU`, a device's name (its memory) or `<device>_Host`
+/// (its pinned host memory).
+fn buffer_type(name: &str) -> Result<sys::ggml_backend_buffer_type_t, String> {
+    // SAFETY: lookups in ggml's registry by NUL-terminated names; buffer types live as long as it.
+    unsafe {
+        if name == "CPU" {
+            return Ok(sys::ggml_backend_cpu_buffer_type());
+        }
+        let (dev_name, host) = match name.strip_suffix("_Host") {
+            Some(d) => (d, true),
+            None => (name, false),
+        };
+        let dn = CString::new(dev_name).map_err(|e| e.to_string())?;
+        let dev = sys::ggml_backend_dev_by_name(dn.as_ptr());
+        let buft = if dev.is_null() {
+            std::ptr::null_mut()
+        } else if host {
+            sys::ggml_backend_dev_host_buffer_type(dev)
+        } else {
+            sys::ggml_backend_dev_buffer_type(dev)
+        };
+        if buft.is_null() {
+            return Err(format!(
+                "--override: no buffer type {name} (CPU, a device or <device>_Host; devices: {})",
+                device_names().join(", ")
+            ));
+        }
+        Ok(buft)
+    }
 }
 
 type DepthResult = (usize, Vec<f64>, Vec<f64>);
@@ -355,7 +412,30 @@ fn bench_one(
         let mut mp = sys::llama_model_default_params();
         let mut devs: [sys::ggml_backend_dev_t; 2] = [dev, std::ptr::null_mut()];
         mp.devices = devs.as_mut_ptr();
-        mp.n_gpu_layers = 999;
+        mp.n_gpu_layers = a.ngl;
+        if a.no_mmap {
+            mp.load_mode = sys::LLAMA_LOAD_MODE_NONE;
+        }
+        // The patterns live until the model is loaded; the list ends with a NULL pattern.
+        let patterns: Vec<CString> = a
+            .overrides
+            .iter()
+            .map(|(re, _)| CString::new(re.as_str()).map_err(|e| e.to_string()))
+            .collect::<Result<_, _>>()?;
+        let mut ot: Vec<sys::llama_model_tensor_buft_override> = Vec::new();
+        for (p, (_, name)) in patterns.iter().zip(&a.overrides) {
+            ot.push(sys::llama_model_tensor_buft_override {
+                pattern: p.as_ptr(),
+                buft: buffer_type(name)?,
+            });
+        }
+        ot.push(sys::llama_model_tensor_buft_override {
+            pattern: std::ptr::null(),
+            buft: std::ptr::null_mut(),
+        });
+        if !a.overrides.is_empty() {
+            mp.tensor_buft_overrides = ot.as_ptr();
+        }
         let m = sys::llama_model_load_from_file(path.as_ptr(), mp);
         if m.is_null() {
             return Err(format!("libllama could not load {}", model.display()));
