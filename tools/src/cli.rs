@@ -90,6 +90,39 @@ pub enum Command {
         #[arg(short = 'o', long)]
         ops: Option<String>,
     },
+    /// Measures the split node: one GEMV (MoE expert matmul) of Llama-3-8B's and Qwen3-30B-A3B's
+    /// shapes whose weight lies in a GPU device's pinned host memory, computed by the CPU alone,
+    /// the GPU alone, and both at fixed and at learnt shares.
+    OffloadBench {
+        /// GPU device name (see `tandem info`); default: the first GPU.
+        #[arg(short = 'd', long)]
+        device: Option<String>,
+        /// Weight types, comma-separated (ggml names).
+        #[arg(long, default_value = "f16,q8_0,q4_0,q4_K")]
+        types: String,
+        /// Columns of each MUL_MAT, tokens of each MUL_MAT_ID (1 to 8: the widths a node splits at).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i64).range(1..=8))]
+        n: i64,
+        /// Only cases whose name (e.g. llama3-8b.ffn_down.q4_K.n1) matches this regular expression.
+        #[arg(long)]
+        filter: Option<String>,
+        /// Timed calls per share (after warm-up); at least 1.
+        #[arg(long, default_value_t = 20, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+        reps: usize,
+        /// CPU worker threads of the device's pool (the split's CPU side); default: as configured
+        /// (TANDEM_THREADS).
+        #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+        threads: Option<usize>,
+        /// Fixed GPU shares to time, comma-separated, each in [0, 1].
+        #[arg(long, default_value = "0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9")]
+        sweep: String,
+        /// Print one JSON document instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Where an SVG chart of the rates goes (default: none).
+        #[arg(long)]
+        svg: Option<std::path::PathBuf>,
+    },
     /// Devices, CPU features, threads, registrations and the environment settings in effect.
     Info,
     /// Lists the kernel catalog; `--build` compiles (or loads from the cache) every family for
@@ -133,5 +166,21 @@ mod tests {
         let err = Cli::try_parse_from(["tandem", "perf-ops", "--reps", "0"]).unwrap_err();
         assert!(err.to_string().contains("--reps"), "{err}");
         assert!(Cli::try_parse_from(["tandem", "perf-ops", "--reps", "1"]).is_ok());
+    }
+
+    #[test]
+    fn offload_bench_flags_are_bounded() {
+        for (flag, bad) in [("--reps", "0"), ("--n", "0"), ("--n", "9"), ("--threads", "0")] {
+            let err = Cli::try_parse_from(["tandem", "offload-bench", flag, bad]).unwrap_err();
+            assert!(err.to_string().contains(flag), "{flag} {bad}: {err}");
+        }
+        let Command::OffloadBench { n, reps, threads, .. } =
+            Cli::try_parse_from(["tandem", "offload-bench", "--n", "8"])
+                .unwrap()
+                .command
+        else {
+            panic!("not offload-bench");
+        };
+        assert_eq!((n, reps, threads), (8, 20, None));
     }
 }

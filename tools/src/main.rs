@@ -1,5 +1,5 @@
-//! `tandem`: the op harness (`test-ops`), benchmarks (`perf-ops`), the support table and
-//! device information.
+//! `tandem`: the op harness (`test-ops`), benchmarks (`perf-ops`, `offload-bench`), the support
+//! table and device information.
 
 mod cases;
 mod cli;
@@ -8,6 +8,7 @@ mod compare;
 mod data;
 mod info;
 mod kernels;
+mod offload_bench;
 mod peer_report;
 mod perf;
 mod progress;
@@ -81,5 +82,28 @@ fn dispatch(cmd: Command) -> Result<bool, String> {
             Ok(true)
         }
         Command::Kernels { build, device } => kernels::kernels(build, device.as_deref()),
+        Command::OffloadBench {
+            device,
+            types,
+            n,
+            filter,
+            reps,
+            threads,
+            sweep,
+            json,
+            svg,
+        } => {
+            let opts = offload_bench::BenchOptions {
+                types: offload_bench::parse_types(&types)?,
+                n,
+                filter: offload_bench::parse_filter(filter.as_deref())?,
+                reps,
+                threads,
+                sweep: offload_bench::parse_shares(&sweep)?,
+                json,
+                svg,
+            };
+            offload_bench::offload_bench(device.as_deref(), &opts)
+        }
     }
 }

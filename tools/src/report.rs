@@ -282,7 +282,7 @@ struct Bar {
 }
 
 /// Escapes text for SVG.
-fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
@@ -454,7 +454,7 @@ pub fn chart(r: &PerfReport, torch: Option<&TorchReport>) -> String {
 }
 
 /// 1, 2 or 5 times a power of ten, at least `raw`.
-fn nice_step(raw: f64) -> f64 {
+pub(crate) fn nice_step(raw: f64) -> f64 {
     if !raw.is_finite() || raw <= 0.0 {
         return 1.0;
     }
