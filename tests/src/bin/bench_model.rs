@@ -15,8 +15,9 @@
 //!   then ggml's own backends, and runs every model × device × flash × depth: one warm-up pass
 //!   (kernel compilation, first plans) and `--reps` timed ones, each on a cleared context: the
 //!   depth's tokens decoded untimed, then `--pp` prompt tokens in one batch (prefill tok/s) and
-//!   `--tg` tokens one at a time (decode tok/s). Times include `llama_synchronize`. Prints one
-//!   line per case and, with `--json`, a JSON document on stdout.
+//!   `--tg` tokens one at a time (decode tok/s). Times include `llama_synchronize`. Each
+//!   context gets a persistent ggml CPU thread pool of `--threads`, as llama.cpp's tools give
+//!   theirs. Prints one line per case and, with `--json`, a JSON document on stdout.
 //!   `--ngl` and `--override` place weights as llama.cpp's `-ngl` and `-ot` do: the last N
 //!   layers on the device (default all), and tensors whose name matches REGEX in buffer type
 //!   BUFT: `CPU` (llama.cpp's meaning: the CPU's list, whose first entry is the device's pinned
@@ -456,6 +457,10 @@ fn bench_one(
             sys::llama_model_free(m);
             return Err("libllama could not create a context".into());
         }
+        // llama.cpp's tools (llama-cli, llama-server, llama-bench) give the context a persistent
+        // CPU thread pool; without one, ggml's CPU backend starts and joins its threads for every
+        // graph it runs, a cost each hand-off between a device and the CPU would pay.
+        let pool = CpuThreadPool::attach(ctx, a.threads);
         let n_vocab = sys::llama_vocab_n_tokens(sys::llama_model_get_vocab(m)).max(1);
         let result = (|| {
             let mut out = Vec::new();
@@ -474,8 +479,61 @@ fn bench_one(
             Ok(out)
         })();
         sys::llama_free(ctx);
+        drop(pool);
         sys::llama_model_free(m);
         result
+    }
+}
+
+/// A ggml CPU thread pool attached to a context, as llama.cpp's tools attach one; freed after
+/// the context. Where ggml's CPU backend is missing or offers no pools, nothing is attached and
+/// ggml makes its threads per graph.
+struct CpuThreadPool {
+    pool: *mut sys::ggml_threadpool,
+    free: Option<unsafe extern "C" fn(*mut sys::ggml_threadpool)>,
+}
+
+impl CpuThreadPool {
+    /// # Safety
+    /// `ctx` is a live context; the pool must be dropped after `llama_free(ctx)`.
+    unsafe fn attach(ctx: *mut sys::llama_context, threads: usize) -> CpuThreadPool {
+        let none = CpuThreadPool {
+            pool: std::ptr::null_mut(),
+            free: None,
+        };
+        let cpu = sys::ggml_backend_dev_by_type(sys::GGML_BACKEND_DEVICE_TYPE_CPU);
+        if cpu.is_null() {
+            return none;
+        }
+        let reg = sys::ggml_backend_dev_backend_reg(cpu);
+        let new = sys::ggml_backend_reg_get_proc_address(reg, c"ggml_threadpool_new".as_ptr());
+        let free = sys::ggml_backend_reg_get_proc_address(reg, c"ggml_threadpool_free".as_ptr());
+        if new.is_null() || free.is_null() {
+            return none;
+        }
+        type New = unsafe extern "C" fn(*mut sys::ggml_threadpool_params) -> *mut sys::ggml_threadpool;
+        type Free = unsafe extern "C" fn(*mut sys::ggml_threadpool);
+        // SAFETY: ggml's CPU registry hands out these two entries under these names with these
+        // signatures (ggml-cpu.h).
+        let new = std::mem::transmute::<*mut std::ffi::c_void, New>(new);
+        let free = std::mem::transmute::<*mut std::ffi::c_void, Free>(free);
+        let mut params = sys::ggml_threadpool_params_default(threads as i32);
+        let pool = new(&mut params);
+        if pool.is_null() {
+            eprintln!("bench_model: ggml_threadpool_new({threads}) failed; ggml makes threads per graph");
+            return none;
+        }
+        sys::llama_attach_threadpool(ctx, pool, std::ptr::null_mut());
+        CpuThreadPool { pool, free: Some(free) }
+    }
+}
+
+impl Drop for CpuThreadPool {
+    fn drop(&mut self) {
+        if let Some(free) = self.free {
+            // SAFETY: made by `attach`, freed once, after the context that used it.
+            unsafe { free(self.pool) };
+        }
     }
 }
 
