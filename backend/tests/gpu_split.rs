@@ -212,3 +212,166 @@ fn split_nodes_match_the_host_at_every_share() {
     }
     assert!(failed.is_empty(), "{} case(s) failed: {failed:?}", failed.len());
 }
+
+/// A group of split nodes on one input, as a layer sends them: q/k/v projections of different
+/// heights on one activation column (MUL_MAT), or an ffn's gate and up experts on one token's
+/// activations and expert ids (MUL_MAT_ID), then an ADD of two results. Run repeatedly, at fixed
+/// shares and learnt ones: the stretches of kernels between the splits are captured into device
+/// graphs and replayed where the runtime has them, and every run must match the host.
+fn group_case(gpu: &Device, ty: ElemType, moe: bool) -> Result<(), String> {
+    let Device::Gpu(g) = gpu else {
+        return Err("not a GPU device".into());
+    };
+    let k = 512i64;
+    let heights: &[i64] = if moe { &[768, 768] } else { &[1000, 256, 256] };
+    let mut b = GraphBuilder::new();
+    let (x, ids) = if moe {
+        (
+            b.new_tensor(ElemType::F32, &[k, 1, 1]),
+            Some(b.new_tensor(ElemType::I32, &[USED, 1])),
+        )
+    } else {
+        (b.new_tensor(ElemType::F32, &[k, 1]), None)
+    };
+    let mut ws = Vec::new();
+    let mut ys = Vec::new();
+    for &m in heights {
+        let w = if moe {
+            b.new_tensor(ty, &[k, m, EXPERTS])
+        } else {
+            b.new_tensor(ty, &[k, m])
+        };
+        let y = match ids {
+            Some(i) => b.mul_mat_id(w, x, i),
+            None => b.mul_mat(w, x),
+        }
+        .map_err(|e| e.to_string())?;
+        ws.push(w);
+        ys.push(y);
+    }
+    let n = ys.len();
+    let out = b.add(ys[n - 2], ys[n - 1]).map_err(|e| e.to_string())?;
+    let mut graph = b.build();
+    let mut buf = allocate_graph(&mut graph, 0)?;
+    let mut rng = Rng(0x5eed_0101 ^ ((ty as u32) << 8) ^ (u32::from(moe) << 16));
+    if let Some(i) = ids {
+        set_bytes(&graph, i, |ib| {
+            for (s, c) in ib.chunks_exact_mut(4).enumerate() {
+                c.copy_from_slice(&(((s * 5 + 1) % EXPERTS as usize) as i32).to_le_bytes());
+            }
+        });
+    }
+    for &w in &ws {
+        set_bytes(&graph, w, |wb| {
+            let row_bytes = k as usize / ty.block_size() * ty.type_size();
+            for row in wb.chunks_exact_mut(row_bytes) {
+                let vals: Vec<f32> = (0..k).map(|_| rng.unit()).collect();
+                tandem_ops::quant::quantize_row(ty, &vals, row).expect("quantizable row");
+            }
+        });
+    }
+    set_bytes(&graph, x, |bb| {
+        for c in bb.chunks_exact_mut(4) {
+            c.copy_from_slice(&rng.unit().to_le_bytes());
+        }
+    });
+    let host = Device::Host(HostDevice::new(2));
+    // SAFETY: every tensor lies in `buf`, which outlives the call.
+    unsafe { host.compute(&graph) }.map_err(|e| format!("host: {e}"))?;
+    let want: Vec<Vec<f32>> = ys.iter().chain([&out]).map(|&y| floats(&bytes(&graph, y))).collect();
+
+    // The weights in one pinned allocation, everything else in one device allocation.
+    let (base, len) = (buf.addr(), buf.len());
+    let image = buf.as_mut_slice()[..len].to_vec();
+    let total: usize = ws.iter().map(|&w| graph.tensor(w).nbytes().next_multiple_of(256)).sum();
+    let pinned = g.alloc_pinned(total).map_err(|e| e.to_string())?;
+    let mut moved = graph.clone();
+    let mut at = 0;
+    for &w in &ws {
+        let wt = graph.tensor(w);
+        // SAFETY: the pinned allocation holds every weight's bytes at its offset; nothing else
+        // uses it yet.
+        unsafe { std::ptr::copy_nonoverlapping(wt.data as *const u8, pinned.host_ptr().add(at), wt.nbytes()) };
+        moved.tensor_mut(w).data = pinned.host_ptr() as usize + at;
+        at += wt.nbytes().next_multiple_of(256);
+    }
+    let dev = g.alloc(len).map_err(|e| e.to_string())?;
+    for (i, t) in moved.tensors.iter_mut().enumerate() {
+        if !ws.iter().any(|w| w.index() == i) && t.data != 0 {
+            t.data = t.data - base + dev.ptr().0 as usize;
+        }
+    }
+    let off = |id| graph.tensor(id).data - base;
+    let results: Vec<_> = ys
+        .iter()
+        .chain([&out])
+        .map(|&y| off(y)..off(y) + graph.tensor(y).nbytes())
+        .collect();
+    let split = Config::get().offload_exec == OffloadExec::Split;
+    let mut modes = vec![ShareMode::Fixed(0.0), ShareMode::Fixed(1.0)];
+    modes.extend([ShareMode::Fixed(0.37); 4]);
+    modes.extend([ShareMode::Auto; 8]);
+    let mut graphs = Vec::new();
+    for mode in modes {
+        g.set_split_share(mode);
+        let mut start = image.clone();
+        for r in &results {
+            start[r.clone()].fill(0xA5);
+        }
+        // SAFETY: the allocation holds the image's length.
+        unsafe { g.write(dev.ptr(), &start) }.map_err(|e| e.to_string())?;
+        // SAFETY: every address of `moved` points into `dev` or `pinned`, both alive.
+        let stats = unsafe { g.compute(&moved) }.map_err(|e| format!("{mode:?}: {e}"))?;
+        let want_splits = if split { n } else { 0 };
+        if stats.split_nodes != want_splits || stats.cpu_fallback_nodes != 0 {
+            return Err(format!(
+                "{mode:?}: {} split, {} fallback nodes (want {want_splits}, 0)",
+                stats.split_nodes, stats.cpu_fallback_nodes
+            ));
+        }
+        graphs.push(stats.device_graph);
+        let mut now = vec![0u8; len];
+        // SAFETY: as above.
+        unsafe { g.read(dev.ptr(), &mut now) }.map_err(|e| e.to_string())?;
+        for (r, w) in results.iter().zip(&want) {
+            let e = nmse(&floats(&now[r.clone()]), w);
+            if e.is_nan() || e > 5e-4 {
+                return Err(format!("{mode:?}: NMSE {e:.3e} against the host"));
+            }
+        }
+        let outside = (0..len).find(|&i| !results.iter().any(|r| r.contains(&i)) && now[i] != start[i]);
+        if let Some(i) = outside {
+            return Err(format!("{mode:?}: byte {i} outside the results changed"));
+        }
+    }
+    // The same graph ran 14 times: with device graphs on, it was captured and then replayed.
+    if Config::get().graphs && g.has_device_graphs() {
+        use tandem_backend::DeviceGraph;
+        if !graphs.contains(&Some(DeviceGraph::Captured)) || !graphs.contains(&Some(DeviceGraph::Replayed)) {
+            return Err(format!("never captured and replayed as device graphs: {graphs:?}"));
+        }
+    }
+    let what = if moe { "MUL_MAT_ID gate/up" } else { "MUL_MAT q/k/v" };
+    eprintln!("  ok   {ty} {what} group");
+    Ok(())
+}
+
+#[test]
+fn split_groups_match_the_host_through_device_graphs() {
+    let Some(gpus) = gpus_or_skip("split_groups_match_the_host_through_device_graphs") else {
+        return;
+    };
+    let mut failed = Vec::new();
+    for d in &gpus {
+        eprintln!("{}: {}", d.name(), d.description());
+        for ty in [ElemType::F16, ElemType::Q8_0, ElemType::Q4_0, ElemType::Q4K] {
+            for moe in [false, true] {
+                if let Err(e) = group_case(d, ty, moe) {
+                    eprintln!("  FAIL {ty} moe={moe}: {e}");
+                    failed.push(format!("{ty} moe={moe}: {e}"));
+                }
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{} case(s) failed: {failed:?}", failed.len());
+}

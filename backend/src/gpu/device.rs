@@ -5,7 +5,7 @@ use super::api::{DeviceInfo, DevicePtr, GpuError, GpuResult, LaunchConfig};
 use super::exec::{self, GpuPlan, GpuStep};
 use super::kernels::Kernels;
 use super::memory::{DeviceAlloc, MemKind, MemoryMap, PinnedAlloc};
-use super::registry::{LaunchCtx, Node, Registry, Scratch};
+use super::registry::{LaunchCtx, Node, Registration, Registry, Scratch};
 use super::safe::{Context, DeviceBuffer, Event, GraphExec, KernelArgs, Stream};
 use super::split::{self, Observation, ShapeReport, ShareMode, SplitKey, SplitScheduler};
 use super::{GpuBackend, KernelCache};
@@ -13,6 +13,7 @@ use crate::config::{Config, OffloadExec};
 use crate::executor::ExecError;
 use crate::stats::{DeviceGraph, GraphStats};
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 use tandem_graph::{Graph, Op, Tensor, TensorId};
@@ -47,8 +48,8 @@ struct ExecState {
     /// By node index of the graph running: the stream's launch count once the node's work was
     /// queued (`Stream::launches`), for `GpuPlan::ids_writer` and `GpuPlan::act_writer`.
     queued_at: Vec<u64>,
-    /// By plan key: the graph last run with that plan, and its device graph once it came again
-    /// unchanged (`GpuDevice::run_as_device_graph`).
+    /// By plan key and tensor addresses: the graph last run with that plan there, and its device
+    /// graph once it came again unchanged (`GpuDevice::run_as_device_graph`).
     graphs: HashMap<u64, LastGraph>,
     /// Split nodes' shares, learnt per shape.
     split: SplitScheduler,
@@ -59,6 +60,19 @@ struct ExecState {
     split_events: Vec<[Event; 3]>,
     /// The split calls of the graph running whose GPU time is read once it has finished.
     split_pending: Vec<PendingSplit>,
+    /// Device graphs launched by the graph running but not kept: dropped after its final wait.
+    retired_graphs: Vec<Segment>,
+    /// The registration that takes a split node's GPU part, by the part's shape and alignment.
+    split_regs: HashMap<u64, Option<usize>>,
+}
+
+/// The sources of a split node's GPU part: its weight rows, the activations, the expert ids.
+fn part_srcs<'a>(w: &'a Tensor, x: &'a Tensor, ids: &'a Option<Tensor>) -> Srcs<'a> {
+    let mut srcs: Srcs<'a> = [None; tandem_graph::MAX_SRC];
+    srcs[0] = Some(w);
+    srcs[1] = Some(x);
+    srcs[2] = ids.as_ref();
+    srcs
 }
 
 /// One split call waiting for its GPU time (`ExecState::split_pending`).
@@ -91,12 +105,33 @@ struct LastGraph {
     failed: bool,
 }
 
-/// A graph's kernels captured into a device graph, with what its replays report.
+/// A graph's kernels captured into device graphs: one for a plan of kernels only, one per
+/// stretch of kernels between split nodes otherwise.
 struct Captured {
-    exec: GraphExec,
+    segments: Vec<Segment>,
     /// The scratch generation its launches were given memory from (`Scratch::generation`).
     scratch_generation: u64,
+}
+
+/// One stretch of a plan's kernel steps captured as a device graph, and how many kernel
+/// dispatches its replay stands for.
+struct Segment {
+    exec: GraphExec,
     gpu_dispatches: usize,
+}
+
+/// How [`GpuDevice::run_with`] queues stretches of kernel steps.
+enum Graphs<'a> {
+    /// Launch by launch.
+    Off,
+    /// Each stretch captured into a device graph (pushed here) and launched; the first capture
+    /// that fails leaves its reason here and the rest of the run launch by launch.
+    Capture {
+        segments: &'a mut Vec<Segment>,
+        failure: &'a mut Option<String>,
+    },
+    /// Each stretch replayed from its device graph, in order.
+    Replay(&'a [Segment]),
 }
 
 impl LastGraph {
@@ -167,6 +202,8 @@ impl GpuDevice {
                 ),
                 split_events: Vec::new(),
                 split_pending: Vec::new(),
+                retired_graphs: Vec::new(),
+                split_regs: HashMap::new(),
                 weight_stage: None,
             }),
             ctx,
@@ -417,9 +454,25 @@ impl GpuDevice {
         // From the first step, as `events_around` counts it: the runway's copies are not part of
         // what the host takes to queue the graph.
         let t2 = Instant::now();
-        let whole_kernels = plan.steps.iter().all(|s| matches!(s, GpuStep::Kernel { .. }));
-        let result = if cfg.graphs && whole_kernels && st.stream.has_graphs() {
-            self.run_as_device_graph(&mut st, g, &kinds, &plan, key, &mut stats)
+        // Kernels, and split nodes between them, run through device graphs; a plan with
+        // fallback groups or staged weights runs launch by launch.
+        let capturable = plan
+            .steps
+            .iter()
+            .all(|s| matches!(s, GpuStep::Kernel { .. } | GpuStep::Split { .. }))
+            && plan.steps.iter().any(|s| matches!(s, GpuStep::Kernel { .. }));
+        let result = if cfg.graphs && capturable && st.stream.has_graphs() {
+            // Graphs of one plan at other addresses (a hybrid model's layers, each a graph of
+            // its own between ggml's CPU work) are kept apart, so each can come again.
+            let at = {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                key.hash(&mut h);
+                for t in &g.tensors {
+                    t.data.hash(&mut h);
+                }
+                h.finish()
+            };
+            self.run_as_device_graph(&mut st, g, &kinds, &plan, at, &mut stats)
         } else {
             self.run(&mut st, g, &kinds, &plan, &mut stats)
         };
@@ -427,6 +480,7 @@ impl GpuDevice {
         let recorded = events.as_ref().map(|(_, end)| end.record(&st.stream));
         let synced = st.stream.synchronize();
         st.scratch.release_retired();
+        st.retired_graphs.clear();
         let pending = std::mem::take(&mut st.split_pending);
         result?;
         synced.map_err(|e| other(format!("waiting for the graph: {e}")))?;
@@ -449,10 +503,11 @@ impl GpuDevice {
         Ok((stats, ms))
     }
 
-    /// [`Self::run`] for a plan of kernels only, through a device graph where the same graph
-    /// (every tensor and node as before, the scratch memory unchanged) comes again: after
-    /// [`RUNS_BEFORE_CAPTURE`] runs in a row launch by launch, the next is captured and launched
-    /// as one, and from then on the graph is replayed with one launch.
+    /// [`Self::run`] through device graphs where the same graph (every tensor and node as
+    /// before, the scratch memory unchanged) comes again: after [`RUNS_BEFORE_CAPTURE`] runs in a
+    /// row launch by launch, the next is captured and launched, and from then on replayed. A plan
+    /// of kernels only is one device graph, one launch; a plan with split nodes is one device
+    /// graph per stretch of kernels between them, the split nodes running in between as always.
     /// A graph that cannot be captured runs launch by launch (said once on stderr) until it
     /// changes.
     ///
@@ -467,75 +522,76 @@ impl GpuDevice {
         key: u64,
         stats: &mut GraphStats,
     ) -> Result<(), ExecError> {
-        let other = |reason: String| ExecError::Other {
-            index: 0,
-            node: "(whole graph)".into(),
-            reason,
-        };
         let generation = st.scratch.generation();
         let last = st.graphs.get(&key).filter(|last| last.same(g));
-        if let Some(c) = last
+        let replay = last
             .and_then(|l| l.captured.as_ref())
-            .filter(|c| c.scratch_generation == generation)
-        {
+            .is_some_and(|c| c.scratch_generation == generation);
+        if replay {
+            let entry = st.graphs.get_mut(&key).expect("looked up above");
+            let c = entry.captured.take().expect("checked above");
             // SAFETY: the captured launches are this graph's, with its addresses, which the
             // caller keeps valid (`compute`'s contract); their scratch memory is still current.
-            unsafe { c.exec.launch(&st.stream) }.map_err(|e| other(format!("replaying the device graph: {e}")))?;
-            stats.gpu_dispatches = c.gpu_dispatches;
+            let ran = unsafe { self.run_with(st, g, kinds, plan, stats, Graphs::Replay(&c.segments)) };
+            st.graphs.get_mut(&key).expect("kept").captured = Some(c);
+            ran?;
             stats.device_graph = Some(DeviceGraph::Replayed);
             return Ok(());
         }
         // Came back often enough (or captured before, with scratch memory since replaced).
         if last.is_some_and(|l| !l.failed && (l.runs >= RUNS_BEFORE_CAPTURE || l.captured.is_some())) {
-            // Capture it. Nothing captured runs, so a failed capture leaves only the run launch
-            // by launch below.
-            let captured = match st.stream.begin_capture() {
-                Ok(()) => {
-                    let queued = self.run(st, g, kinds, plan, stats);
-                    let ended = st.stream.end_capture();
-                    match (queued, ended) {
-                        (Ok(()), Ok(exec)) => Ok(exec),
-                        (Err(e), _) => Err(e.to_string()),
-                        (Ok(()), Err(e)) => Err(e.to_string()),
-                    }
-                }
-                Err(e) => Err(e.to_string()),
-            };
+            let mut segments = Vec::new();
+            let mut failure = None;
+            // SAFETY: forwarded contract.
+            unsafe {
+                self.run_with(
+                    st,
+                    g,
+                    kinds,
+                    plan,
+                    stats,
+                    Graphs::Capture {
+                        segments: &mut segments,
+                        failure: &mut failure,
+                    },
+                )
+            }?;
             let entry = st.graphs.get_mut(&key).expect("looked up above");
-            match captured {
-                Ok(exec) => {
-                    // SAFETY: as the replay above; the scratch buffers it was given stay until
-                    // this run's end (`Scratch::release_retired` after the final wait).
-                    unsafe { exec.launch(&st.stream) }
-                        .map_err(|e| other(format!("launching the captured device graph: {e}")))?;
+            entry.captured = None;
+            match failure {
+                None => {
                     stats.device_graph = Some(DeviceGraph::Captured);
                     // Kept only if every launch took the scratch buffer that stays current; if
-                    // it grew meanwhile, the next run captures again.
+                    // it grew meanwhile, the next run captures again. The old captures, if any,
+                    // are dropped after this run's final wait (`compute` waits before returning
+                    // and the entry outlives it).
                     if st.scratch.generation() == generation {
                         entry.captured = Some(Captured {
-                            exec,
+                            segments,
                             scratch_generation: generation,
-                            gpu_dispatches: stats.gpu_dispatches,
                         });
+                    } else {
+                        st.retired_graphs.extend(segments);
                     }
-                    return Ok(());
                 }
-                Err(reason) => {
+                Some(reason) => {
                     entry.failed = true;
+                    st.retired_graphs.extend(segments);
                     eprintln!(
                         "tandem: {}: this graph of {} nodes runs launch by launch: it could not be captured as a device graph ({reason})",
                         self.name,
                         g.nodes.len()
                     );
-                    stats.gpu_dispatches = 0;
                 }
             }
+            return Ok(());
         } else if last.is_some() {
             let entry = st.graphs.get_mut(&key).expect("looked up above");
             entry.runs = entry.runs.saturating_add(1);
         } else if let Some(entry) = st.graphs.get_mut(&key) {
-            // Another graph with this plan: it takes the place (and the allocations) of the
-            // last; the run that queued that one's capture has finished (`compute` waits).
+            // Another graph with this plan and addresses: it takes the place (and the
+            // allocations) of the last; the run that queued that one's capture has finished
+            // (`compute` waits).
             entry.tensors.clone_from(&g.tensors);
             entry.nodes.clone_from(&g.nodes);
             entry.runs = 1;
@@ -543,7 +599,12 @@ impl GpuDevice {
             entry.failed = false;
         } else {
             if st.graphs.len() >= PLAN_CACHE_CAP {
-                st.graphs.clear();
+                // Graphs that never came again go first; the captured ones (finished: `compute`
+                // waits for every run) only when they alone fill the cache.
+                st.graphs.retain(|_, l| l.captured.is_some());
+                if st.graphs.len() >= PLAN_CACHE_CAP {
+                    st.graphs.clear();
+                }
             }
             st.graphs.insert(
                 key,
@@ -556,9 +617,12 @@ impl GpuDevice {
                 },
             );
         }
-        self.run(st, g, kinds, plan, stats)
+        // SAFETY: forwarded contract.
+        unsafe { self.run(st, g, kinds, plan, stats) }
     }
 
+    /// Runs the plan launch by launch.
+    ///
     /// # Safety
     /// As [`Self::compute`].
     unsafe fn run(
@@ -569,38 +633,108 @@ impl GpuDevice {
         plan: &GpuPlan,
         stats: &mut GraphStats,
     ) -> Result<(), ExecError> {
+        // SAFETY: forwarded contract.
+        unsafe { self.run_with(st, g, kinds, plan, stats, Graphs::Off) }
+    }
+
+    /// Runs the plan's steps in order; with `graphs` other than `Off` each stretch of kernel steps
+    /// is captured into a device graph and launched, or replayed from one.
+    ///
+    /// # Safety
+    /// As [`Self::compute`]; a replay's segments were captured from this plan on this graph.
+    unsafe fn run_with(
+        &self,
+        st: &mut ExecState,
+        g: &Graph,
+        kinds: &[MemKind],
+        plan: &GpuPlan,
+        stats: &mut GraphStats,
+        mut graphs: Graphs<'_>,
+    ) -> Result<(), ExecError> {
+        let other = |reason: String| ExecError::Other {
+            index: 0,
+            node: "(whole graph)".into(),
+            reason,
+        };
         st.queued_at.clear();
         st.queued_at.resize(g.nodes.len(), 0);
-        for step in &plan.steps {
-            match step {
-                GpuStep::Kernel { index, reg, fused } => {
-                    // The ids are in place when no node of the graph writes them, or when the
-                    // kernel that last did has finished before this one can start.
-                    let ready = |writers: &[Option<usize>]| match writers.get(*index).copied().flatten() {
-                        Some(w) => st.stream.finished_before_next(st.queued_at[w]),
-                        None => true,
-                    };
-                    let ids_ready = ready(&plan.ids_writer);
-                    // The same for a matmul's activations (unless TANDEM_EARLY_ACTIVATIONS=0 has
-                    // every kernel wait before it reads them, as when the kernel ahead writes them).
-                    let act_ready = ready(&plan.act_writer) && Config::get().early_activations;
-                    let lc = LaunchCtx {
-                        kernels: &self.kernels,
-                        stream: &st.stream,
-                        info: self.ctx.info(),
-                        scratch: &st.scratch,
-                        settled: plan.settled.get(*index).copied().unwrap_or(false),
-                        ids_ready,
-                        act_ready,
-                    };
-                    // SAFETY: forwarded contract; kinds were read from this device's map.
-                    unsafe { exec::launch_step(&lc, g, kinds, &self.registry, *index, *reg, *fused)? };
-                    stats.gpu_dispatches += 1;
-                    let at = st.stream.launches();
-                    st.queued_at[*index] = at;
-                    if *fused {
-                        st.queued_at[*index + 1] = at;
+        let mut segment = 0;
+        let mut s = 0;
+        while s < plan.steps.len() {
+            let stretch = plan.steps[s..]
+                .iter()
+                .take_while(|x| matches!(x, GpuStep::Kernel { .. }))
+                .count();
+            if stretch > 0 && !matches!(graphs, Graphs::Off) {
+                let steps = &plan.steps[s..s + stretch];
+                match &mut graphs {
+                    Graphs::Replay(segments) => {
+                        let Some(seg) = segments.get(segment) else {
+                            return Err(other("the device graphs do not match the plan".into()));
+                        };
+                        // SAFETY: forwarded contract.
+                        unsafe { seg.exec.launch(&st.stream) }
+                            .map_err(|e| other(format!("replaying the device graph: {e}")))?;
+                        stats.gpu_dispatches += seg.gpu_dispatches;
                     }
+                    Graphs::Capture { segments, failure } => {
+                        // Nothing captured runs: a failed capture runs its stretch launch by
+                        // launch, and the rest of the graph too.
+                        let before = stats.gpu_dispatches;
+                        let captured = match st.stream.begin_capture() {
+                            Ok(()) => {
+                                // SAFETY: forwarded contract.
+                                let queued = unsafe { self.run_kernels(st, g, kinds, plan, steps, stats) };
+                                let ended = st.stream.end_capture();
+                                match (queued, ended) {
+                                    (Ok(()), Ok(exec)) => Ok(exec),
+                                    (Err(e), _) => Err(e.to_string()),
+                                    (Ok(()), Err(e)) => Err(e.to_string()),
+                                }
+                            }
+                            Err(e) => Err(e.to_string()),
+                        };
+                        match captured {
+                            Ok(exec) => {
+                                // SAFETY: as the replay above; the scratch buffers it was given
+                                // stay until this run's end (`Scratch::release_retired` after
+                                // the final wait).
+                                unsafe { exec.launch(&st.stream) }
+                                    .map_err(|e| other(format!("launching the captured device graph: {e}")))?;
+                                segments.push(Segment {
+                                    exec,
+                                    gpu_dispatches: stats.gpu_dispatches - before,
+                                });
+                            }
+                            Err(reason) => {
+                                stats.gpu_dispatches = before;
+                                **failure = Some(reason);
+                                graphs = Graphs::Off;
+                                // SAFETY: forwarded contract.
+                                unsafe { self.run_kernels(st, g, kinds, plan, steps, stats)? };
+                            }
+                        }
+                    }
+                    Graphs::Off => unreachable!("checked above"),
+                }
+                let at = st.stream.launches();
+                for step in steps {
+                    if let GpuStep::Kernel { index, fused, .. } = step {
+                        st.queued_at[*index] = at;
+                        if *fused {
+                            st.queued_at[*index + 1] = at;
+                        }
+                    }
+                }
+                segment += 1;
+                s += stretch;
+                continue;
+            }
+            match &plan.steps[s] {
+                GpuStep::Kernel { .. } => {
+                    // SAFETY: forwarded contract.
+                    unsafe { self.run_kernels(st, g, kinds, plan, &plan.steps[s..s + 1], stats)? };
+                    s += 1;
                 }
                 GpuStep::Staged { index, reg } => {
                     // SAFETY: forwarded contract.
@@ -608,89 +742,125 @@ impl GpuDevice {
                     stats.gpu_dispatches += 1;
                     stats.staged_nodes += 1;
                     st.queued_at[*index] = st.stream.launches();
+                    s += 1;
                 }
-                GpuStep::Split { index, reg } => {
+                GpuStep::Split { .. } => {
+                    let n = exec::split_group_len(g, &plan.steps, s);
+                    let members: Vec<(usize, usize)> = plan.steps[s..s + n]
+                        .iter()
+                        .filter_map(|x| match x {
+                            GpuStep::Split { index, reg } => Some((*index, *reg)),
+                            _ => None,
+                        })
+                        .collect();
                     // SAFETY: forwarded contract.
-                    unsafe { self.run_split(st, g, kinds, plan, *index, *reg, stats)? };
-                    st.queued_at[*index] = st.stream.launches();
+                    unsafe { self.run_splits(st, g, kinds, plan, &members, stats)? };
+                    let at = st.stream.launches();
+                    for (index, _) in members {
+                        st.queued_at[index] = at;
+                    }
+                    s += n;
                 }
                 GpuStep::Cpu { range } => {
                     // SAFETY: forwarded contract.
                     unsafe { self.run_group(st, g, kinds, range.clone(), stats)? };
                     let at = st.stream.launches();
                     st.queued_at[range.clone()].fill(at);
+                    s += 1;
                 }
             }
         }
         Ok(())
     }
 
-    /// A split node ([`GpuStep::Split`]): the GPU computes rows `[0, g)` of MUL_MAT `index` (of
-    /// every expert, for a MUL_MAT_ID) reading its weight over the bus, the CPU rows `[g, m)` from
-    /// the same host bytes, `g` from the node's share ([`split::gpu_rows`]). The activations (and
-    /// expert ids) come down once, then the GPU's kernel is queued and the CPU computes its rows
-    /// while it runs; the CPU's rows go up behind the kernel, so whatever reads the result next is
-    /// queued after both.
+    /// Launches kernel steps one by one.
     ///
     /// # Safety
-    /// As [`Self::compute`]; the plan found the node [`exec::splittable`].
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn run_split(
+    /// As [`Self::compute`]; `steps` are [`GpuStep::Kernel`]s of `plan`.
+    unsafe fn run_kernels(
         &self,
         st: &mut ExecState,
         g: &Graph,
         kinds: &[MemKind],
         plan: &GpuPlan,
-        index: usize,
-        reg: usize,
+        steps: &[GpuStep],
         stats: &mut GraphStats,
     ) -> Result<(), ExecError> {
-        let id = g.nodes[index];
-        let t = g.tensor(id);
-        let fail = |reason: String| ExecError::Other {
-            index,
-            node: t.name.clone(),
-            reason: format!("split {}: {reason}", t.op),
+        for step in steps {
+            let GpuStep::Kernel { index, reg, fused } = step else {
+                continue;
+            };
+            // The ids are in place when no node of the graph writes them, or when the
+            // kernel that last did has finished before this one can start.
+            let ready = |writers: &[Option<usize>]| match writers.get(*index).copied().flatten() {
+                Some(w) => st.stream.finished_before_next(st.queued_at[w]),
+                None => true,
+            };
+            let ids_ready = ready(&plan.ids_writer);
+            // The same for a matmul's activations (unless TANDEM_EARLY_ACTIVATIONS=0 has
+            // every kernel wait before it reads them, as when the kernel ahead writes them).
+            let act_ready = ready(&plan.act_writer) && Config::get().early_activations;
+            let lc = LaunchCtx {
+                kernels: &self.kernels,
+                stream: &st.stream,
+                info: self.ctx.info(),
+                scratch: &st.scratch,
+                settled: plan.settled.get(*index).copied().unwrap_or(false),
+                ids_ready,
+                act_ready,
+            };
+            // SAFETY: forwarded contract; kinds were read from this device's map.
+            unsafe { exec::launch_step(&lc, g, kinds, &self.registry, *index, *reg, *fused)? };
+            stats.gpu_dispatches += 1;
+            let at = st.stream.launches();
+            st.queued_at[*index] = at;
+            if *fused {
+                st.queued_at[*index + 1] = at;
+            }
+        }
+        Ok(())
+    }
+
+    /// A group of split nodes ([`GpuStep::Split`], [`exec::split_group_len`]): for each, the GPU
+    /// computes rows `[0, g)` of MUL_MAT `index` (of every expert, for a MUL_MAT_ID) reading its
+    /// weight over the bus, the CPU rows `[g, m)` from the same host bytes, `g` from the node's
+    /// share ([`split::gpu_rows`]). The shared activations (and expert ids) come down once, every
+    /// GPU part is queued, and the CPU computes its rows of each node while they run; each node's
+    /// CPU rows go up behind the GPU parts, so whatever reads a result next is queued after both.
+    ///
+    /// # Safety
+    /// As [`Self::compute`]; the plan found every node [`exec::splittable`], all reading the same
+    /// activations (and ids).
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn run_splits(
+        &self,
+        st: &mut ExecState,
+        g: &Graph,
+        kinds: &[MemKind],
+        plan: &GpuPlan,
+        members: &[(usize, usize)],
+        stats: &mut GraphStats,
+    ) -> Result<(), ExecError> {
+        let (first, _) = members[0];
+        let fail_at = |index: usize, reason: String| {
+            let t = g.tensor(g.nodes[index]);
+            ExecError::Other {
+                index,
+                node: t.name.clone(),
+                reason: format!("split {}: {reason}", t.op),
+            }
         };
-        let (Some(w_id), Some(x_id)) = (t.src[0], t.src[1]) else {
+        let fail = |reason: String| fail_at(first, reason);
+        let dev = |id: TensorId| exec::device_addr(g.tensor(id), kinds[id.index()]);
+        let t0 = g.tensor(g.nodes[first]);
+        let (Some(x_id), true) = (t0.src[1], t0.src[0].is_some()) else {
             return Err(fail("no weight or activations".into()));
         };
-        let ids_id = t.src[2].filter(|_| t.op == Op::MulMatId);
-        if t.op == Op::MulMatId && ids_id.is_none() {
+        let ids_id = t0.src[2].filter(|_| t0.op == Op::MulMatId);
+        if t0.op == Op::MulMatId && ids_id.is_none() {
             return Err(fail("no expert ids".into()));
         }
-        let (w, x) = (g.tensor(w_id), g.tensor(x_id));
-        let m = t.ne[0] as usize;
-        // Result columns: MUL_MAT's columns, or MUL_MAT_ID's slots times tokens (contiguous).
-        let cols = (t.ne[1] * t.ne[2] * t.ne[3]) as usize;
-        let key = SplitKey {
-            ty: w.ty,
-            k: w.ne[0],
-            m: t.ne[0],
-            n: t.ne[1] * t.ne[2],
-            experts: if t.op == Op::MulMatId { w.ne[2] } else { 0 },
-        };
-        let events = st.split_pending.len();
-        while st.split_events.len() <= events {
-            let e = || self.ctx.event().map_err(|e| fail(e.to_string()));
-            st.split_events.push([e()?, e()?, e()?]);
-        }
-        let dev = |id: TensorId| exec::device_addr(g.tensor(id), kinds[id.index()]);
-        let lc = LaunchCtx {
-            kernels: &self.kernels,
-            stream: &st.stream,
-            info: self.ctx.info(),
-            scratch: &st.scratch,
-            settled: plan.settled.get(index).copied().unwrap_or(false),
-            ids_ready: true,
-            act_ready: false,
-        };
-        // The GPU's part as a node of its own: the weight's first rows (of every expert), the
-        // result's first rows (same strides), every address as the device sees it. A shape no
-        // registration takes leaves the GPU without rows.
-        let mut gpu_rows = split::gpu_rows(m, st.split.share(key));
-        let mut wg = w.clone();
-        wg.data = dev(w_id);
+        let x = g.tensor(x_id);
         let mut xg = x.clone();
         xg.data = dev(x_id);
         let ig = ids_id.map(|i| {
@@ -698,55 +868,122 @@ impl GpuDevice {
             t.data = dev(i);
             t
         });
-        let mut dg = t.clone();
-        dg.data = dev(id);
-        let gpu_srcs = |wg: &Tensor, xg: &Tensor, ig: &Option<Tensor>| {
-            let mut srcs: [Option<Tensor>; 3] = [None, None, None];
-            srcs[0] = Some(wg.clone());
-            srcs[1] = Some(xg.clone());
-            srcs[2] = ig.clone();
-            srcs
-        };
-        let mut sub_reg = None;
-        if gpu_rows > 0 && gpu_rows < m {
-            wg.ne[1] = gpu_rows as i64;
-            dg.ne[0] = gpu_rows as i64;
-            // The part's result rows keep the whole result's column stride, which the matmul
-            // kernels follow (they write through the result's strides) but the shape rules
-            // (ggml's: a contiguous result) refuse: ask about the same part with a contiguous
-            // result.
-            let mut probe = dg.clone();
-            probe.nb[1] = 4 * gpu_rows;
-            probe.nb[2] = probe.nb[1] * t.ne[1] as usize;
-            probe.nb[3] = probe.nb[2] * t.ne[2] as usize;
-            let owned = gpu_srcs(&wg, &xg, &ig);
-            let mut srcs: Srcs<'_> = [None; tandem_graph::MAX_SRC];
-            for (s, o) in srcs.iter_mut().zip(&owned) {
-                *s = o.as_ref();
-            }
-            sub_reg = self
-                .registry
-                .choose(&Node { dst: &probe, srcs }, None)
-                .map(|(r, _)| self.registry.get(r));
-            if sub_reg.is_none() {
-                // No kernel for a part: the GPU takes the whole node, as outside split mode.
-                gpu_rows = m;
-                wg.ne[1] = w.ne[1];
-                dg.ne[0] = t.ne[0];
-            }
-        }
-        if gpu_rows == m {
-            sub_reg = Some(self.registry.get(reg));
-        }
-        let cpu_rows = m - gpu_rows;
-        let [ev_x, ev0, ev1] = &st.split_events[events];
-        // The CPU's inputs in staging: `[x | ids | CPU rows]`.
+        // The staging layout: `[x | ids | CPU rows of each node]`.
         let x_bytes = x.nbytes();
         let ids_bytes = ids_id.map_or(0, |i| g.tensor(i).nbytes());
         let ids_off = x_bytes.next_multiple_of(64);
-        let out_off = (ids_off + ids_bytes).next_multiple_of(64);
-        let total = out_off + cpu_rows * cols * 4;
-        if cpu_rows > 0 && st.staging.as_ref().is_none_or(|s| s.len() < total) {
+        let mut total = (ids_off + ids_bytes).next_multiple_of(64);
+        struct Part<'a> {
+            index: usize,
+            t: &'a Tensor,
+            w: &'a Tensor,
+            key: SplitKey,
+            gpu_rows: usize,
+            cpu_rows: usize,
+            cols: usize,
+            dg: Tensor,
+            wg: Tensor,
+            sub_reg: Option<&'static Registration>,
+            out_off: usize,
+            events: usize,
+        }
+        let mut parts = Vec::with_capacity(members.len());
+        for &(index, reg) in members {
+            let id = g.nodes[index];
+            let t = g.tensor(id);
+            let Some(w_id) = t.src[0] else {
+                return Err(fail_at(index, "no weight".into()));
+            };
+            let w = g.tensor(w_id);
+            let m = t.ne[0] as usize;
+            // Result columns: MUL_MAT's columns, or MUL_MAT_ID's slots times tokens (contiguous).
+            let cols = (t.ne[1] * t.ne[2] * t.ne[3]) as usize;
+            let key = SplitKey {
+                ty: w.ty,
+                k: w.ne[0],
+                m: t.ne[0],
+                n: t.ne[1] * t.ne[2],
+                experts: if t.op == Op::MulMatId { w.ne[2] } else { 0 },
+            };
+            // The GPU's part as a node of its own: the weight's first rows (of every expert), the
+            // result's first rows (same strides), every address as the device sees it. A shape no
+            // registration takes leaves the GPU without rows.
+            let mut gpu_rows = split::gpu_rows(m, st.split.share(key));
+            let mut wg = w.clone();
+            wg.data = dev(w_id);
+            let mut dg = t.clone();
+            dg.data = dev(id);
+            let mut sub_reg = None;
+            if gpu_rows > 0 && gpu_rows < m {
+                wg.ne[1] = gpu_rows as i64;
+                dg.ne[0] = gpu_rows as i64;
+                // The part's result rows keep the whole result's column stride, which the matmul
+                // kernels follow (they write through the result's strides) but the shape rules
+                // (ggml's: a contiguous result) refuse: ask about the same part with a contiguous
+                // result.
+                let mut probe = dg.clone();
+                probe.nb[1] = 4 * gpu_rows;
+                probe.nb[2] = probe.nb[1] * t.ne[1] as usize;
+                probe.nb[3] = probe.nb[2] * t.ne[2] as usize;
+                // The registration a part takes is looked up once per shape and alignment.
+                let shape = {
+                    let mut h = std::collections::hash_map::DefaultHasher::new();
+                    for t in [&wg, &xg, &probe].into_iter().chain(ig.as_ref()) {
+                        (t.ty, t.op, t.ne, t.nb, t.data % 256).hash(&mut h);
+                    }
+                    h.finish()
+                };
+                let chosen = match st.split_regs.get(&shape) {
+                    Some(&c) => c,
+                    None => {
+                        let srcs = part_srcs(&wg, &xg, &ig);
+                        let c = self.registry.choose(&Node { dst: &probe, srcs }, None).map(|(r, _)| r);
+                        if st.split_regs.len() >= PLAN_CACHE_CAP {
+                            st.split_regs.clear();
+                        }
+                        st.split_regs.insert(shape, c);
+                        c
+                    }
+                };
+                sub_reg = chosen.map(|r| self.registry.get(r));
+                if sub_reg.is_none() {
+                    // No kernel for a part: the GPU takes the whole node, as outside split mode.
+                    gpu_rows = m;
+                    wg.ne[1] = w.ne[1];
+                    dg.ne[0] = t.ne[0];
+                }
+            }
+            if gpu_rows == m {
+                sub_reg = Some(self.registry.get(reg));
+            }
+            let cpu_rows = m - gpu_rows;
+            let out_off = total;
+            if cpu_rows > 0 {
+                total = (total + cpu_rows * cols * 4).next_multiple_of(64);
+            }
+            let events = st.split_pending.len() + parts.len();
+            parts.push(Part {
+                index,
+                t,
+                w,
+                key,
+                gpu_rows,
+                cpu_rows,
+                cols,
+                dg,
+                wg,
+                sub_reg,
+                out_off,
+                events,
+            });
+        }
+        let need_events = st.split_pending.len() + parts.len();
+        while st.split_events.len() < need_events {
+            let e = || self.ctx.event().map_err(|e| fail(e.to_string()));
+            st.split_events.push([e()?, e()?, e()?]);
+        }
+        let any_cpu = parts.iter().any(|p| p.cpu_rows > 0);
+        if any_cpu && st.staging.as_ref().is_none_or(|s| s.len() < total) {
             // The old staging buffer may still feed queued uploads: wait before freeing it.
             st.stream.synchronize().map_err(|e| fail(e.to_string()))?;
             st.staging = None;
@@ -754,7 +991,9 @@ impl GpuDevice {
             st.staging = Some(self.alloc_pinned(size).map_err(|e| fail(e.to_string()))?);
         }
         let base = st.staging.as_ref().map(|s| s.host_ptr() as usize).unwrap_or(0);
-        if cpu_rows > 0 {
+        let staging_dev = st.staging.as_ref().map(|s| s.device_ptr().0 as usize).unwrap_or(0);
+        let ev_x = &st.split_events[parts[0].events][0];
+        if any_cpu {
             // SAFETY: the activations (and ids) are contiguous device-visible memory of these
             // sizes (`splittable` checked); staging holds `total` bytes and its earlier users are
             // ordered before these copies on the stream.
@@ -770,70 +1009,110 @@ impl GpuDevice {
             }
             ev_x.record(&st.stream).map_err(|e| fail(e.to_string()))?;
         }
-        if let Some(r) = sub_reg {
-            let owned = gpu_srcs(&wg, &xg, &ig);
-            let mut srcs: Srcs<'_> = [None; tandem_graph::MAX_SRC];
-            for (s, o) in srcs.iter_mut().zip(&owned) {
-                *s = o.as_ref();
-            }
-            ev0.record(&st.stream).map_err(|e| fail(e.to_string()))?;
+        // The CPU starts on its rows only once every GPU part is queued: that wait counts as
+        // the CPU's time (its first part's), so the shares leave the GPU the rows it can run
+        // meanwhile.
+        let launching = Instant::now();
+        for p in &parts {
+            let Some(r) = p.sub_reg else { continue };
+            let [_, ev0, ev1] = &st.split_events[p.events];
+            let lc = LaunchCtx {
+                kernels: &self.kernels,
+                stream: &st.stream,
+                info: self.ctx.info(),
+                scratch: &st.scratch,
+                settled: plan.settled.get(p.index).copied().unwrap_or(false),
+                ids_ready: true,
+                act_ready: false,
+            };
+            let srcs = part_srcs(&p.wg, &xg, &ig);
+            ev0.record(&st.stream).map_err(|e| fail_at(p.index, e.to_string()))?;
             // SAFETY: the node's rows `[0, gpu_rows)` at device addresses; the registration
             // accepted this shape.
-            unsafe { (r.launch)(&lc, &Node { dst: &dg, srcs }, None) }
-                .map_err(|e| fail(format!("{} ({}): {e}", r.name, t.op)))?;
-            ev1.record(&st.stream).map_err(|e| fail(e.to_string()))?;
+            unsafe { (r.launch)(&lc, &Node { dst: &p.dg, srcs }, None) }
+                .map_err(|e| fail_at(p.index, format!("{} ({}): {e}", r.name, p.t.op)))?;
+            ev1.record(&st.stream).map_err(|e| fail_at(p.index, e.to_string()))?;
             stats.gpu_dispatches += 1;
         }
-        let mut cpu_s = 0.0;
-        if cpu_rows > 0 {
+        let mut launch_s = launching.elapsed().as_secs_f64();
+        if any_cpu {
             ev_x.synchronize().map_err(|e| fail(e.to_string()))?;
-            let t0 = Instant::now();
-            let mut wc = w.clone();
-            wc.ne[1] = cpu_rows as i64;
-            wc.data = w.data + gpu_rows * w.nb[1];
-            let mut xc = x.clone();
-            xc.data = base;
-            let ic = ids_id.map(|i| {
-                let mut t = g.tensor(i).clone();
-                t.data = base + ids_off;
-                t
-            });
-            let mut dc = t.clone();
-            dc.ne[0] = cpu_rows as i64;
-            let row = 4 * cpu_rows;
-            dc.nb = [4, row, row * t.ne[1] as usize, row * (t.ne[1] * t.ne[2]) as usize];
-            dc.data = base + out_off;
-            let mut srcs: Srcs<'_> = [None; tandem_graph::MAX_SRC];
-            srcs[0] = Some(&wc);
-            srcs[1] = Some(&xc);
-            srcs[2] = ic.as_ref();
-            // SAFETY: the weight's rows `[gpu_rows, m)` are host memory (pinned); the
-            // activations' and ids' copies are complete (the event) and the output rows are
-            // staging's.
-            unsafe { tandem_ops::cpu::compute(&self.cpu(), &dc, &srcs) }
-                .map_err(|source| ExecError::Op { index, source })?;
-            cpu_s = t0.elapsed().as_secs_f64();
-            for j in 0..cols {
-                // SAFETY: column j's rows `[gpu_rows, m)` of the contiguous result; staging
-                // stays untouched until the stream has passed these copies.
-                unsafe {
-                    st.stream.copy_htod_async(
-                        DevicePtr((dg.data + j * t.nb[1] + gpu_rows * 4) as u64),
-                        (base + out_off + j * row) as *const u8,
-                        row,
-                    )
-                }
-                .map_err(|e| fail(e.to_string()))?;
-            }
         }
-        stats.split_nodes += 1;
-        st.split_pending.push(PendingSplit {
-            key,
-            events,
-            gpu_rows: if sub_reg.is_some() { gpu_rows } else { 0 },
-            cpu_rows,
-            cpu_s,
-        });
+        for p in &parts {
+            let mut cpu_s = 0.0;
+            if p.cpu_rows > 0 {
+                let t0 = Instant::now();
+                cpu_s = std::mem::take(&mut launch_s);
+                let (t, w) = (p.t, p.w);
+                let mut wc = w.clone();
+                wc.ne[1] = p.cpu_rows as i64;
+                wc.data = w.data + p.gpu_rows * w.nb[1];
+                let mut xc = x.clone();
+                xc.data = base;
+                let ic = ids_id.map(|i| {
+                    let mut t = g.tensor(i).clone();
+                    t.data = base + ids_off;
+                    t
+                });
+                let mut dc = t.clone();
+                dc.ne[0] = p.cpu_rows as i64;
+                let row = 4 * p.cpu_rows;
+                dc.nb = [4, row, row * t.ne[1] as usize, row * (t.ne[1] * t.ne[2]) as usize];
+                dc.data = base + p.out_off;
+                let mut srcs: Srcs<'_> = [None; tandem_graph::MAX_SRC];
+                srcs[0] = Some(&wc);
+                srcs[1] = Some(&xc);
+                srcs[2] = ic.as_ref();
+                // SAFETY: the weight's rows `[gpu_rows, m)` are host memory (pinned); the
+                // activations' and ids' copies are complete (the event) and the output rows are
+                // staging's, this node's alone.
+                unsafe { tandem_ops::cpu::compute(&self.cpu(), &dc, &srcs) }
+                    .map_err(|source| ExecError::Op { index: p.index, source })?;
+                cpu_s += t0.elapsed().as_secs_f64();
+                if p.cols == 1 {
+                    // SAFETY: the result's rows `[gpu_rows, m)`; staging stays untouched until
+                    // the stream has passed this copy.
+                    unsafe {
+                        st.stream.copy_htod_async(
+                            DevicePtr((p.dg.data + p.gpu_rows * 4) as u64),
+                            (base + p.out_off) as *const u8,
+                            row,
+                        )
+                    }
+                    .map_err(|e| fail_at(p.index, e.to_string()))?;
+                } else {
+                    // Several columns (MUL_MAT_ID's slots): one copy kernel reads the CPU's rows
+                    // from staging through the device's mapping and writes them into every
+                    // column's rows `[gpu_rows, m)`, instead of one small upload per column.
+                    let mut src = dc.clone();
+                    src.data = staging_dev + p.out_off;
+                    let mut dst = t.clone();
+                    dst.ne[0] = p.cpu_rows as i64;
+                    dst.data = p.dg.data + p.gpu_rows * 4;
+                    let lc = LaunchCtx {
+                        kernels: &self.kernels,
+                        stream: &st.stream,
+                        info: self.ctx.info(),
+                        scratch: &st.scratch,
+                        settled: false,
+                        ids_ready: true,
+                        act_ready: false,
+                    };
+                    // SAFETY: staging (pinned, device-mapped) holds the rows, untouched until the
+                    // stream has passed this kernel; `dst` is the result's rows in device memory.
+                    unsafe { super::ops::copy::copy_tensor(&lc, &src, &dst) }
+                        .map_err(|e| fail_at(p.index, format!("uploading the CPU's rows: {e}")))?;
+                }
+            }
+            stats.split_nodes += 1;
+            st.split_pending.push(PendingSplit {
+                key: p.key,
+                events: p.events,
+                gpu_rows: if p.sub_reg.is_some() { p.gpu_rows } else { 0 },
+                cpu_rows: p.cpu_rows,
+                cpu_s,
+            });
+        }
         Ok(())
     }
 

@@ -229,6 +229,23 @@ pub unsafe fn launch_on_weight(
     })
 }
 
+/// How many split steps from `steps[at]` on (at least one) run as one group: consecutive split
+/// nodes that read the same activations (and, for MUL_MAT_ID, the same expert ids), as the
+/// q/k/v projections of a layer or its ffn gate and up do. A group downloads its input once and
+/// queues every GPU part before the CPU computes its rows of each, so the GPU runs the parts
+/// back to back while the CPU works ([`super::device`]'s `run_splits`).
+pub fn split_group_len(g: &Graph, steps: &[GpuStep], at: usize) -> usize {
+    let inputs = |s: &GpuStep| match s {
+        GpuStep::Split { index, .. } => {
+            let t = g.tensor(g.nodes[*index]);
+            Some((t.src[1], if t.op == Op::MulMatId { t.src[2] } else { None }))
+        }
+        _ => None,
+    };
+    let Some(first) = inputs(&steps[at]) else { return 1 };
+    1 + steps[at + 1..].iter().take_while(|s| inputs(s) == Some(first)).count()
+}
+
 /// Whether node `id` may run as a split node ([`split_refusal`] has no reason against it and
 /// its weight is in pinned host memory).
 pub fn splittable(g: &Graph, kinds: &[MemKind], id: TensorId) -> bool {
@@ -820,6 +837,33 @@ mod tests {
         assert_eq!(p.steps[0], GpuStep::Cpu { range: 0..2 });
         assert_eq!(p.split_refusal, Some("no GPU kernel takes the whole node"));
         let _ = z;
+    }
+
+    /// Split nodes on the same activations group (q/k/v, gate/up); a split on other
+    /// activations, or any other step in between, starts a new group.
+    #[test]
+    fn split_nodes_on_the_same_activations_group() {
+        let mut b = GraphBuilder::new();
+        let x = b.new_tensor(ElemType::F32, &[256, 1]);
+        let ws: Vec<_> = (0..3).map(|_| b.new_tensor(ElemType::Q4_0, &[256, 256])).collect();
+        let q = b.mul_mat(ws[0], x).unwrap();
+        let k = b.mul_mat(ws[1], x).unwrap();
+        let v = b.mul_mat(ws[2], x).unwrap();
+        let s = b.add(q, k).unwrap();
+        let o = b.mul_mat(ws[0], s).unwrap();
+        let o2 = b.mul_mat(ws[1], s).unwrap();
+        let y = b.mul_mat(ws[2], v).unwrap();
+        let g = b.build();
+        let mut kinds = vec![MemKind::Device; g.tensors.len()];
+        for w in &ws {
+            kinds[w.index()] = MemKind::Pinned { delta: 0 };
+        }
+        let p = plan(&g, &kinds, &registry(""), false, true).unwrap();
+        assert_eq!(p.splits, 6);
+        let lens: Vec<usize> = (0..p.steps.len()).map(|i| split_group_len(&g, &p.steps, i)).collect();
+        // steps: q k v | add | o o2 | y
+        assert_eq!(lens, vec![3, 2, 1, 1, 2, 1, 1]);
+        let _ = (o, o2, y);
     }
 
     /// x -> rms_norm -> mul(w) -> add(x) -> scale -> add: the norm fuses its MUL, the ADDs get

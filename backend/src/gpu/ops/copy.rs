@@ -119,11 +119,20 @@ fn accepts_copy<const S: u32, const D: u32>(node: &Node<'_>, next: Option<&Node<
 /// # Safety
 /// As [`crate::gpu::registry::Launch`].
 unsafe fn launch_copy(ctx: &LaunchCtx<'_>, node: &Node<'_>, _next: Option<&Node<'_>>) -> Result<(), KernelError> {
-    const CALL: &str = "launch_copy";
-    let dst = node.dst;
     let Some(a) = node.src(0) else {
-        return Err(launch_error(CALL, "copy without a source"));
+        return Err(launch_error("launch_copy", "copy without a source"));
     };
+    // SAFETY: forwarded contract.
+    unsafe { copy_tensor(ctx, a, node.dst) }
+}
+
+/// Queues the copy of `a`'s elements into `dst`'s, in flat order ([`copy_ok`] holds for them).
+///
+/// # Safety
+/// Both tensors' addresses are memory the device reaches (its own, or mapped pinned host
+/// memory), of their extents and strides, valid until the copy has run.
+pub unsafe fn copy_tensor(ctx: &LaunchCtx<'_>, a: &Tensor, dst: &Tensor) -> Result<(), KernelError> {
+    const CALL: &str = "launch_copy";
     let entry =
         copy_entry(a.ty, dst.ty).ok_or_else(|| launch_error(CALL, format!("no kernel for {} -> {}", a.ty, dst.ty)))?;
     let shape = copy_shape(a, dst).ok_or_else(|| launch_error(CALL, "strides out of range"))?;
