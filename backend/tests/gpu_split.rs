@@ -12,15 +12,48 @@
 mod common;
 
 use common::{bytes, floats, gpus_or_skip, nmse, set_bytes, Rng};
+use std::ops::Range;
 use tandem_backend::buffer::allocate_graph;
 use tandem_backend::config::{Config, OffloadExec};
+use tandem_backend::gpu::device::GpuDevice;
+use tandem_backend::gpu::memory::DeviceAlloc;
 use tandem_backend::gpu::split::ShareMode;
-use tandem_backend::{Device, HostDevice};
-use tandem_graph::{ElemType, GraphBuilder};
+use tandem_backend::{Device, GraphStats, HostDevice};
+use tandem_graph::{ElemType, Graph, GraphBuilder};
 
 /// Experts in a MUL_MAT_ID case's weight, and used per token.
 const EXPERTS: i64 = 6;
 const USED: i64 = 4;
+
+/// One run of `moved` at split share `mode`: the device allocation starts from `image` with the
+/// result ranges poisoned (so each run writes its own); gives the run's statistics and the
+/// allocation's bytes after it, or an error where a byte outside the results changed.
+fn run_poisoned(
+    g: &GpuDevice,
+    dev: &DeviceAlloc,
+    moved: &Graph,
+    image: &[u8],
+    results: &[Range<usize>],
+    mode: ShareMode,
+) -> Result<(GraphStats, Vec<u8>), String> {
+    g.set_split_share(mode);
+    let mut start = image.to_vec();
+    for r in results {
+        start[r.clone()].fill(0xA5);
+    }
+    // SAFETY: the allocation holds the image's length.
+    unsafe { g.write(dev.ptr(), &start) }.map_err(|e| e.to_string())?;
+    // SAFETY: every address of `moved` points into `dev` or the test's pinned weights, alive.
+    let stats = unsafe { g.compute(moved) }.map_err(|e| format!("{mode:?}: {e}"))?;
+    let mut now = vec![0u8; image.len()];
+    // SAFETY: as above.
+    unsafe { g.read(dev.ptr(), &mut now) }.map_err(|e| e.to_string())?;
+    let outside = (0..now.len()).find(|&i| !results.iter().any(|r| r.contains(&i)) && now[i] != start[i]);
+    if let Some(i) = outside {
+        return Err(format!("{mode:?}: byte {i} outside the results changed"));
+    }
+    Ok((stats, now))
+}
 
 /// One case: a MUL_MAT of `n` columns, or with `moe` a MUL_MAT_ID of `n` tokens.
 fn case(gpu: &Device, ty: ElemType, n: i64, moe: bool) -> Result<(), String> {
@@ -107,16 +140,7 @@ fn case(gpu: &Device, ty: ElemType, n: i64, moe: bool) -> Result<(), String> {
     let mut modes = vec![ShareMode::Fixed(0.0), ShareMode::Fixed(1.0), ShareMode::Fixed(0.37)];
     modes.extend([ShareMode::Auto; 8]);
     for mode in modes {
-        g.set_split_share(mode);
-        // Every run starts from the uploaded image (results poisoned), so each writes its own.
-        let mut start = image.clone();
-        for r in &results {
-            start[r.clone()].fill(0xA5);
-        }
-        // SAFETY: the allocation holds the image's length.
-        unsafe { g.write(dev.ptr(), &start) }.map_err(|e| e.to_string())?;
-        // SAFETY: every address of `moved` points into `dev` or `pinned`, both alive.
-        let stats = unsafe { g.compute(&moved) }.map_err(|e| format!("{mode:?}: {e}"))?;
+        let (stats, now) = run_poisoned(g, &dev, &moved, &image, &results, mode)?;
         // Past 8 columns or tokens the weight is copied to the device instead (staged).
         let staged = n > 8;
         let want_splits = usize::from(split && !staged);
@@ -145,16 +169,9 @@ fn case(gpu: &Device, ty: ElemType, n: i64, moe: bool) -> Result<(), String> {
                 stats.gpu_dispatches
             ));
         }
-        let mut now = vec![0u8; len];
-        // SAFETY: as above.
-        unsafe { g.read(dev.ptr(), &mut now) }.map_err(|e| e.to_string())?;
         let e = nmse(&floats(&now[results[1].clone()]), &want);
         if e.is_nan() || e > 5e-4 {
             return Err(format!("{mode:?}: NMSE {e:.3e} against the host"));
-        }
-        let outside = (0..len).find(|&i| !results.iter().any(|r| r.contains(&i)) && now[i] != start[i]);
-        if let Some(i) = outside {
-            return Err(format!("{mode:?}: byte {i} outside the results changed"));
         }
     }
     let report = g.split_report();
@@ -313,15 +330,7 @@ fn group_case(gpu: &Device, ty: ElemType, moe: bool) -> Result<(), String> {
     modes.extend([ShareMode::Auto; 8]);
     let mut graphs = Vec::new();
     for mode in modes {
-        g.set_split_share(mode);
-        let mut start = image.clone();
-        for r in &results {
-            start[r.clone()].fill(0xA5);
-        }
-        // SAFETY: the allocation holds the image's length.
-        unsafe { g.write(dev.ptr(), &start) }.map_err(|e| e.to_string())?;
-        // SAFETY: every address of `moved` points into `dev` or `pinned`, both alive.
-        let stats = unsafe { g.compute(&moved) }.map_err(|e| format!("{mode:?}: {e}"))?;
+        let (stats, now) = run_poisoned(g, &dev, &moved, &image, &results, mode)?;
         let want_splits = if split { n } else { 0 };
         if stats.split_nodes != want_splits || stats.cpu_fallback_nodes != 0 {
             return Err(format!(
@@ -330,18 +339,11 @@ fn group_case(gpu: &Device, ty: ElemType, moe: bool) -> Result<(), String> {
             ));
         }
         graphs.push(stats.device_graph);
-        let mut now = vec![0u8; len];
-        // SAFETY: as above.
-        unsafe { g.read(dev.ptr(), &mut now) }.map_err(|e| e.to_string())?;
         for (r, w) in results.iter().zip(&want) {
             let e = nmse(&floats(&now[r.clone()]), w);
             if e.is_nan() || e > 5e-4 {
                 return Err(format!("{mode:?}: NMSE {e:.3e} against the host"));
             }
-        }
-        let outside = (0..len).find(|&i| !results.iter().any(|r| r.contains(&i)) && now[i] != start[i]);
-        if let Some(i) = outside {
-            return Err(format!("{mode:?}: byte {i} outside the results changed"));
         }
     }
     // The same graph ran 14 times: with device graphs on, it was captured and then replayed.

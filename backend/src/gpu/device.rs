@@ -235,6 +235,19 @@ impl GpuDevice {
     }
 
     /// The current worker pool of the CPU fallback and the split nodes.
+    /// What a launcher gets for a kernel queued on `st`'s stream ([`LaunchCtx`]'s flags).
+    fn launch_ctx<'a>(&'a self, st: &'a ExecState, settled: bool, ids_ready: bool, act_ready: bool) -> LaunchCtx<'a> {
+        LaunchCtx {
+            kernels: &self.kernels,
+            stream: &st.stream,
+            info: self.ctx.info(),
+            scratch: &st.scratch,
+            settled,
+            ids_ready,
+            act_ready,
+        }
+    }
+
     pub fn cpu(&self) -> Arc<CpuContext> {
         self.cpu.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
@@ -474,7 +487,7 @@ impl GpuDevice {
             };
             self.run_as_device_graph(&mut st, g, &kinds, &plan, at, &mut stats)
         } else {
-            self.run(&mut st, g, &kinds, &plan, &mut stats)
+            self.run_with(&mut st, g, &kinds, &plan, &mut stats, Graphs::Off)
         };
         stats.queue_us = t2.elapsed().as_micros() as u64;
         let recorded = events.as_ref().map(|(_, end)| end.record(&st.stream));
@@ -503,7 +516,7 @@ impl GpuDevice {
         Ok((stats, ms))
     }
 
-    /// [`Self::run`] through device graphs where the same graph (every tensor and node as
+    /// [`Self::run_with`] through device graphs where the same graph (every tensor and node as
     /// before, the scratch memory unchanged) comes again: after [`RUNS_BEFORE_CAPTURE`] runs in a
     /// row launch by launch, the next is captured and launched, and from then on replayed. A plan
     /// of kernels only is one device graph, one launch; a plan with split nodes is one device
@@ -617,22 +630,6 @@ impl GpuDevice {
                 },
             );
         }
-        // SAFETY: forwarded contract.
-        unsafe { self.run(st, g, kinds, plan, stats) }
-    }
-
-    /// Runs the plan launch by launch.
-    ///
-    /// # Safety
-    /// As [`Self::compute`].
-    unsafe fn run(
-        &self,
-        st: &mut ExecState,
-        g: &Graph,
-        kinds: &[MemKind],
-        plan: &GpuPlan,
-        stats: &mut GraphStats,
-    ) -> Result<(), ExecError> {
         // SAFETY: forwarded contract.
         unsafe { self.run_with(st, g, kinds, plan, stats, Graphs::Off) }
     }
@@ -800,15 +797,8 @@ impl GpuDevice {
             // The same for a matmul's activations (unless TANDEM_EARLY_ACTIVATIONS=0 has
             // every kernel wait before it reads them, as when the kernel ahead writes them).
             let act_ready = ready(&plan.act_writer) && Config::get().early_activations;
-            let lc = LaunchCtx {
-                kernels: &self.kernels,
-                stream: &st.stream,
-                info: self.ctx.info(),
-                scratch: &st.scratch,
-                settled: plan.settled.get(*index).copied().unwrap_or(false),
-                ids_ready,
-                act_ready,
-            };
+            let settled = plan.settled.get(*index).copied().unwrap_or(false);
+            let lc = self.launch_ctx(st, settled, ids_ready, act_ready);
             // SAFETY: forwarded contract; kinds were read from this device's map.
             unsafe { exec::launch_step(&lc, g, kinds, &self.registry, *index, *reg, *fused)? };
             stats.gpu_dispatches += 1;
@@ -1016,15 +1006,7 @@ impl GpuDevice {
         for p in &parts {
             let Some(r) = p.sub_reg else { continue };
             let [_, ev0, ev1] = &st.split_events[p.events];
-            let lc = LaunchCtx {
-                kernels: &self.kernels,
-                stream: &st.stream,
-                info: self.ctx.info(),
-                scratch: &st.scratch,
-                settled: plan.settled.get(p.index).copied().unwrap_or(false),
-                ids_ready: true,
-                act_ready: false,
-            };
+            let lc = self.launch_ctx(st, plan.settled.get(p.index).copied().unwrap_or(false), true, false);
             let srcs = part_srcs(&p.wg, &xg, &ig);
             ev0.record(&st.stream).map_err(|e| fail_at(p.index, e.to_string()))?;
             // SAFETY: the node's rows `[0, gpu_rows)` at device addresses; the registration
@@ -1089,15 +1071,7 @@ impl GpuDevice {
                     let mut dst = t.clone();
                     dst.ne[0] = p.cpu_rows as i64;
                     dst.data = p.dg.data + p.gpu_rows * 4;
-                    let lc = LaunchCtx {
-                        kernels: &self.kernels,
-                        stream: &st.stream,
-                        info: self.ctx.info(),
-                        scratch: &st.scratch,
-                        settled: false,
-                        ids_ready: true,
-                        act_ready: false,
-                    };
+                    let lc = self.launch_ctx(st, false, true, false);
                     // SAFETY: staging (pinned, device-mapped) holds the rows, untouched until the
                     // stream has passed this kernel; `dst` is the result's rows in device memory.
                     unsafe { super::ops::copy::copy_tensor(&lc, &src, &dst) }
@@ -1155,15 +1129,7 @@ impl GpuDevice {
         // SAFETY: the weight is `bytes` of pinned host memory (contiguous, `stages_weight`); the
         // buffer holds at least that, and earlier kernels reading it are ahead on the stream.
         unsafe { st.stream.copy_htod_async(stage, w.data as *const u8, bytes) }.map_err(|e| fail(e.to_string()))?;
-        let lc = LaunchCtx {
-            kernels: &self.kernels,
-            stream: &st.stream,
-            info: self.ctx.info(),
-            scratch: &st.scratch,
-            settled: false,
-            ids_ready: false,
-            act_ready: false,
-        };
+        let lc = self.launch_ctx(st, false, false, false);
         // SAFETY: forwarded contract; the copy is queued ahead of the kernel.
         unsafe { exec::launch_on_weight(&lc, g, kinds, &self.registry, index, reg, stage.0 as usize) }
     }
