@@ -234,7 +234,6 @@ impl GpuDevice {
         &self.registry
     }
 
-    /// The current worker pool of the CPU fallback and the split nodes.
     /// What a launcher gets for a kernel queued on `st`'s stream ([`LaunchCtx`]'s flags).
     fn launch_ctx<'a>(&'a self, st: &'a ExecState, settled: bool, ids_ready: bool, act_ready: bool) -> LaunchCtx<'a> {
         LaunchCtx {
@@ -248,6 +247,7 @@ impl GpuDevice {
         }
     }
 
+    /// The current worker pool of the CPU fallback and the split nodes.
     pub fn cpu(&self) -> Arc<CpuContext> {
         self.cpu.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
@@ -843,8 +843,8 @@ impl GpuDevice {
         let fail = |reason: String| fail_at(first, reason);
         let dev = |id: TensorId| exec::device_addr(g.tensor(id), kinds[id.index()]);
         let t0 = g.tensor(g.nodes[first]);
-        let (Some(x_id), true) = (t0.src[1], t0.src[0].is_some()) else {
-            return Err(fail("no weight or activations".into()));
+        let Some(x_id) = t0.src[1] else {
+            return Err(fail("no activations".into()));
         };
         let ids_id = t0.src[2].filter(|_| t0.op == Op::MulMatId);
         if t0.op == Op::MulMatId && ids_id.is_none() {
@@ -1020,6 +1020,15 @@ impl GpuDevice {
         if any_cpu {
             ev_x.synchronize().map_err(|e| fail(e.to_string()))?;
         }
+        // The CPU's inputs, the same for every node of the group: the staged activations and ids.
+        let mut xc = x.clone();
+        xc.data = base;
+        let ic = ids_id.map(|i| {
+            let mut t = g.tensor(i).clone();
+            t.data = base + ids_off;
+            t
+        });
+        let cpu = self.cpu();
         for p in &parts {
             let mut cpu_s = 0.0;
             if p.cpu_rows > 0 {
@@ -1029,13 +1038,6 @@ impl GpuDevice {
                 let mut wc = w.clone();
                 wc.ne[1] = p.cpu_rows as i64;
                 wc.data = w.data + p.gpu_rows * w.nb[1];
-                let mut xc = x.clone();
-                xc.data = base;
-                let ic = ids_id.map(|i| {
-                    let mut t = g.tensor(i).clone();
-                    t.data = base + ids_off;
-                    t
-                });
                 let mut dc = t.clone();
                 dc.ne[0] = p.cpu_rows as i64;
                 let row = 4 * p.cpu_rows;
@@ -1048,7 +1050,7 @@ impl GpuDevice {
                 // SAFETY: the weight's rows `[gpu_rows, m)` are host memory (pinned); the
                 // activations' and ids' copies are complete (the event) and the output rows are
                 // staging's, this node's alone.
-                unsafe { tandem_ops::cpu::compute(&self.cpu(), &dc, &srcs) }
+                unsafe { tandem_ops::cpu::compute(&cpu, &dc, &srcs) }
                     .map_err(|source| ExecError::Op { index: p.index, source })?;
                 cpu_s += t0.elapsed().as_secs_f64();
                 if p.cols == 1 {
