@@ -28,6 +28,9 @@ pub struct GraphStats {
     /// GPU: the graph ran as a device graph: captured this time (and then launched), or replayed
     /// from an earlier capture with one launch.
     pub device_graph: Option<DeviceGraph>,
+    /// GPU: a graph with split nodes ran with the GPU reading every host weight alone (the way
+    /// its trials found faster, or on trial).
+    pub whole_gpu: bool,
 }
 
 /// How a GPU graph's kernels were queued when not one by one ([`GraphStats::device_graph`]).
@@ -62,6 +65,9 @@ impl std::fmt::Display for GraphStats {
                 self.split_refused,
                 self.split_refusal.unwrap_or("-")
             )?;
+        }
+        if self.whole_gpu {
+            write!(f, " way=whole_gpu")?;
         }
         if self.queue_us > 0 {
             write!(f, " queue_us={}", self.queue_us)?;

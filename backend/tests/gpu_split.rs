@@ -5,7 +5,10 @@
 //! followed by an ADD that reads the result, run at GPU shares 0, 1 and 0.37 and then learnt
 //! online (`ShareMode::Auto`, eight runs). Every run must be a split (or staged) node whose GPU
 //! part ran where its share gave it rows, match the host device's result, and leave every other
-//! byte of device memory as it was. Without a GPU it prints why it skipped.
+//! byte of device memory as it was. Groups of split nodes run the same way through device graphs,
+//! and once more with the way trials on (the graph run split and with the GPU alone in turn,
+//! `tandem_backend::gpu::ways`), where both ways must match the host. Without a GPU it prints
+//! why it skipped.
 //!
 //! Run: `cargo test -p tandem-backend --test gpu_split -- --nocapture`
 
@@ -60,6 +63,8 @@ fn case(gpu: &Device, ty: ElemType, n: i64, moe: bool) -> Result<(), String> {
     let Device::Gpu(g) = gpu else {
         return Err("not a GPU device".into());
     };
+    // Split nodes themselves are under test: every Auto run splits.
+    g.set_way_trials(false);
     let (k, m) = (512i64, 1000i64);
     let mut b = GraphBuilder::new();
     let (w, x, ids, y, bias);
@@ -234,11 +239,15 @@ fn split_nodes_match_the_host_at_every_share() {
 /// heights on one activation column (MUL_MAT), or an ffn's gate and up experts on one token's
 /// activations and expert ids (MUL_MAT_ID), then an ADD of two results. Run repeatedly, at fixed
 /// shares and learnt ones: the stretches of kernels between the splits are captured into device
-/// graphs and replayed where the runtime has them, and every run must match the host.
-fn group_case(gpu: &Device, ty: ElemType, moe: bool) -> Result<(), String> {
+/// graphs and replayed where the runtime has them, and every run must match the host. With
+/// `trials`, the learnt runs are the way chooser's first three blocks and one more run: eight
+/// split runs while the shares settle, eight measured split runs, eight with the GPU alone, then
+/// the faster way.
+fn group_case(gpu: &Device, ty: ElemType, moe: bool, trials: bool) -> Result<(), String> {
     let Device::Gpu(g) = gpu else {
         return Err("not a GPU device".into());
     };
+    g.set_way_trials(trials);
     let k = 512i64;
     let heights: &[i64] = if moe { &[768, 768] } else { &[1000, 256, 256] };
     let mut b = GraphBuilder::new();
@@ -327,11 +336,16 @@ fn group_case(gpu: &Device, ty: ElemType, moe: bool) -> Result<(), String> {
     let split = Config::get().offload_exec == OffloadExec::Split;
     let mut modes = vec![ShareMode::Fixed(0.0), ShareMode::Fixed(1.0)];
     modes.extend([ShareMode::Fixed(0.37); 4]);
-    modes.extend([ShareMode::Auto; 8]);
+    let block = tandem_backend::gpu::ways::RUNS_PER_ADDRESS as usize;
+    modes.extend(vec![ShareMode::Auto; if trials { 3 * block + 1 } else { 8 }]);
     let mut graphs = Vec::new();
-    for mode in modes {
+    let mut whole_gpu_runs = Vec::new();
+    for (run, mode) in modes.into_iter().enumerate() {
         let (stats, now) = run_poisoned(g, &dev, &moved, &image, &results, mode)?;
-        let want_splits = if split { n } else { 0 };
+        if stats.whole_gpu {
+            whole_gpu_runs.push(run);
+        }
+        let want_splits = if split && !stats.whole_gpu { n } else { 0 };
         if stats.split_nodes != want_splits || stats.cpu_fallback_nodes != 0 {
             return Err(format!(
                 "{mode:?}: {} split, {} fallback nodes (want {want_splits}, 0)",
@@ -346,7 +360,19 @@ fn group_case(gpu: &Device, ty: ElemType, moe: bool) -> Result<(), String> {
             }
         }
     }
-    // The same graph ran 14 times: with device graphs on, it was captured and then replayed.
+    // The trials' whole-GPU block: the eight runs after the six fixed-share ones and the two
+    // split blocks (and maybe the run after it, if that way won).
+    if trials && split {
+        let first = 6 + 2 * block;
+        let want: Vec<usize> = (first..first + block).collect();
+        if whole_gpu_runs.get(..block) != Some(&want[..]) {
+            return Err(format!("whole-GPU runs {whole_gpu_runs:?}, want {want:?} first"));
+        }
+    } else if !whole_gpu_runs.is_empty() {
+        return Err(format!("runs {whole_gpu_runs:?} left the split nodes to the GPU alone"));
+    }
+    // The same graph ran 14 times or more: with device graphs on, it was captured and then
+    // replayed.
     if Config::get().graphs && g.has_device_graphs() {
         use tandem_backend::DeviceGraph;
         if !graphs.contains(&Some(DeviceGraph::Captured)) || !graphs.contains(&Some(DeviceGraph::Replayed)) {
@@ -354,7 +380,8 @@ fn group_case(gpu: &Device, ty: ElemType, moe: bool) -> Result<(), String> {
         }
     }
     let what = if moe { "MUL_MAT_ID gate/up" } else { "MUL_MAT q/k/v" };
-    eprintln!("  ok   {ty} {what} group");
+    let how = if trials { ", both ways tried" } else { "" };
+    eprintln!("  ok   {ty} {what} group{how}");
     Ok(())
 }
 
@@ -368,9 +395,11 @@ fn split_groups_match_the_host_through_device_graphs() {
         eprintln!("{}: {}", d.name(), d.description());
         for ty in [ElemType::F16, ElemType::Q8_0, ElemType::Q4_0, ElemType::Q4K] {
             for moe in [false, true] {
-                if let Err(e) = group_case(d, ty, moe) {
-                    eprintln!("  FAIL {ty} moe={moe}: {e}");
-                    failed.push(format!("{ty} moe={moe}: {e}"));
+                for trials in [false, true] {
+                    if let Err(e) = group_case(d, ty, moe, trials) {
+                        eprintln!("  FAIL {ty} moe={moe} trials={trials}: {e}");
+                        failed.push(format!("{ty} moe={moe} trials={trials}: {e}"));
+                    }
                 }
             }
         }

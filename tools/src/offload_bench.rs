@@ -92,6 +92,9 @@ pub fn offload_bench(device: Option<&str>, opts: &BenchOptions) -> Result<bool, 
     let Device::Gpu(g) = &*dev else {
         return Err(NO_GPU.into());
     };
+    // The split nodes themselves are measured: the online share's runs stay split even where the
+    // GPU alone would run the graph faster (the way trials of a model run).
+    g.set_way_trials(false);
     let exec = Config::get().offload_exec;
     if exec != OffloadExec::Split {
         return Err(format!(

@@ -8,6 +8,7 @@ use super::memory::{DeviceAlloc, MemKind, MemoryMap, PinnedAlloc};
 use super::registry::{LaunchCtx, Node, Registration, Registry, Scratch};
 use super::safe::{Context, DeviceBuffer, Event, GraphExec, KernelArgs, Stream};
 use super::split::{self, Observation, ShapeReport, ShareMode, SplitKey, SplitScheduler};
+use super::ways::{Way, WayChooser};
 use super::{GpuBackend, KernelCache};
 use crate::config::{Config, OffloadExec};
 use crate::executor::ExecError;
@@ -45,6 +46,14 @@ struct ExecState {
     scratch: Scratch,
     staging: Option<PinnedAlloc>,
     plans: HashMap<u64, Arc<GpuPlan>>,
+    /// By plan key of a graph with split nodes: its plan with every split node a kernel over
+    /// the bus ([`Way::Gpu`]).
+    gpu_plans: HashMap<u64, Arc<GpuPlan>>,
+    /// Which way each graph with split nodes runs, tried on the graph itself.
+    ways: WayChooser,
+    /// Whether graphs with split nodes try both ways while shares are online
+    /// ([`GpuDevice::set_way_trials`]).
+    way_trials: bool,
     /// By node index of the graph running: the stream's launch count once the node's work was
     /// queued (`Stream::launches`), for `GpuPlan::ids_writer` and `GpuPlan::act_writer`.
     queued_at: Vec<u64>,
@@ -194,6 +203,9 @@ impl GpuDevice {
                 scratch: Scratch::new(ctx.clone()),
                 staging: None,
                 plans: HashMap::new(),
+                gpu_plans: HashMap::new(),
+                ways: WayChooser::new(),
+                way_trials: true,
                 queued_at: Vec::new(),
                 graphs: HashMap::new(),
                 split: SplitScheduler::new(
@@ -267,6 +279,13 @@ impl GpuDevice {
     /// How split nodes choose their GPU share from now on (`TANDEM_SPLIT_SHARE` at start).
     pub fn set_split_share(&self, mode: ShareMode) {
         self.state().split.set_mode(mode);
+    }
+
+    /// Whether graphs with split nodes are also tried with the GPU reading every host weight
+    /// alone, and run the faster way (on by default, while shares are online; a fixed share
+    /// always splits). Tools that measure the split nodes themselves turn it off.
+    pub fn set_way_trials(&self, on: bool) {
+        self.state().way_trials = on;
     }
 
     /// Every split shape run so far: its share and the two sides' rates.
@@ -437,14 +456,14 @@ impl GpuDevice {
         self.ctx.bind().map_err(|e| other(e.to_string()))?;
         let kinds = exec::tensor_kinds(g, &self.mem);
         let key = exec::plan_key(g, &kinds);
-        let plan = match st.plans.get(&key) {
+        let split_mode = cfg.offload_exec == OffloadExec::Split;
+        let mut plan = match st.plans.get(&key) {
             Some(p) => {
                 stats.plan_cached = true;
                 p.clone()
             }
             None => {
-                let split = cfg.offload_exec == OffloadExec::Split;
-                let p = Arc::new(exec::plan(g, &kinds, &self.registry, cfg.log_dispatch, split)?);
+                let p = Arc::new(exec::plan(g, &kinds, &self.registry, cfg.log_dispatch, split_mode)?);
                 if st.plans.len() >= PLAN_CACHE_CAP {
                     st.plans.clear();
                 }
@@ -452,6 +471,37 @@ impl GpuDevice {
                 p
             }
         };
+        // The graph's tensor addresses: device graphs are kept per plan and addresses (a
+        // hybrid model's layers, each a graph of its own between ggml's CPU work, share a plan),
+        // and the way chooser counts the address sets of a plan.
+        let at = {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            key.hash(&mut h);
+            for t in &g.tensors {
+                t.data.hash(&mut h);
+            }
+            h.finish()
+        };
+        // A graph with split nodes runs them split or with the GPU alone, whichever the trials
+        // found faster for this plan.
+        let choosing = st.way_trials
+            && st.split.mode() == ShareMode::Auto
+            && plan.steps.iter().any(|s| matches!(s, GpuStep::Split { .. }));
+        let way = if choosing { st.ways.way(key, at) } else { Way::Split };
+        if way == Way::Gpu {
+            plan = match st.gpu_plans.get(&key) {
+                Some(p) => p.clone(),
+                None => {
+                    let p = Arc::new(exec::plan(g, &kinds, &self.registry, cfg.log_dispatch, false)?);
+                    if st.gpu_plans.len() >= PLAN_CACHE_CAP {
+                        st.gpu_plans.clear();
+                    }
+                    st.gpu_plans.insert(key, p.clone());
+                    p
+                }
+            };
+            stats.whole_gpu = true;
+        }
         stats.noop_nodes = plan.noops;
         stats.split_refused = plan.split_refused;
         stats.split_refusal = plan.split_refusal;
@@ -475,17 +525,14 @@ impl GpuDevice {
             .all(|s| matches!(s, GpuStep::Kernel { .. } | GpuStep::Split { .. }))
             && plan.steps.iter().any(|s| matches!(s, GpuStep::Kernel { .. }));
         let result = if cfg.graphs && capturable && st.stream.has_graphs() {
-            // Graphs of one plan at other addresses (a hybrid model's layers, each a graph of
-            // its own between ggml's CPU work) are kept apart, so each can come again.
-            let at = {
-                let mut h = std::collections::hash_map::DefaultHasher::new();
-                key.hash(&mut h);
-                for t in &g.tensors {
-                    t.data.hash(&mut h);
-                }
-                h.finish()
+            // Graphs of one plan at other addresses are kept apart, so each can come again, and
+            // so are the two ways of one graph.
+            let graph_key = if way == Way::Gpu {
+                at ^ 0x9e37_79b9_7f4a_7c15
+            } else {
+                at
             };
-            self.run_as_device_graph(&mut st, g, &kinds, &plan, at, &mut stats)
+            self.run_as_device_graph(&mut st, g, &kinds, &plan, graph_key, &mut stats)
         } else {
             self.run_with(&mut st, g, &kinds, &plan, &mut stats, Graphs::Off)
         };
@@ -500,6 +547,13 @@ impl GpuDevice {
         self.observe_splits(&mut st, pending);
         stats.launch_us = t1.elapsed().as_micros() as u64;
         stats.wall_us = t0.elapsed().as_micros() as u64;
+        if choosing {
+            if let Some(d) = st.ways.record(key, way, t0.elapsed().as_secs_f64()) {
+                if cfg.trace_split {
+                    eprintln!("tandem: {}: {d}", self.name);
+                }
+            }
+        }
         let ms = match (&events, recorded) {
             (Some((start, end)), Some(r)) => {
                 r.map_err(|e| other(e.to_string()))?;

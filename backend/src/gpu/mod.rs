@@ -22,6 +22,7 @@ pub mod registry;
 pub mod rtc;
 pub mod safe;
 pub mod split;
+pub mod ways;
 
 pub use api::{
     CompileError, DeviceInfo, DevicePtr, GpuError, GpuResult, GpuRuntime, KernelCompiler, LaunchConfig, RuntimeKind,
