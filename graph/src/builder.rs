@@ -270,6 +270,67 @@ impl GraphBuilder {
         self.binary(Op::Div, a, b)
     }
 
+    pub fn sub(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
+        self.binary(Op::Sub, a, b)
+    }
+
+    /// `ggml_sqr`, `ggml_sqrt`, `ggml_log`, `ggml_sin`, `ggml_cos`: `op` applied to every element.
+    pub fn math(&mut self, op: Op, a: TensorId) -> Result<TensorId> {
+        let at = self.t(a).clone();
+        if !matches!(op, Op::Sqr | Op::Sqrt | Op::Log | Op::Sin | Op::Cos) {
+            return Err(err(op.name(), &[&at], "not an elementwise math op".into()));
+        }
+        Ok(self.node(op, at.ty, at.ne, &[Some(a)]))
+    }
+
+    /// `ggml_repeat_4d`: `a` tiled to `ne` (each a multiple of `a`'s).
+    pub fn repeat(&mut self, a: TensorId, ne: [i64; 4]) -> Result<TensorId> {
+        let at = self.t(a).clone();
+        if (0..4).any(|k| at.ne[k] <= 0 || ne[k] % at.ne[k] != 0) {
+            return Err(err(
+                "REPEAT",
+                &[&at],
+                format!("{ne:?} is not a multiple of the source's shape"),
+            ));
+        }
+        Ok(self.node(Op::Repeat, at.ty, ne, &[Some(a)]))
+    }
+
+    /// `ggml_concat`: `a` and `b` joined along `dim` (their other dims equal).
+    pub fn concat(&mut self, a: TensorId, b: TensorId, dim: usize) -> Result<TensorId> {
+        let (at, bt) = (self.t(a).clone(), self.t(b).clone());
+        if dim > 3 || at.ty != bt.ty || (0..4).any(|k| k != dim && at.ne[k] != bt.ne[k]) {
+            return Err(err(
+                "CONCAT",
+                &[&at, &bt],
+                format!("needs one type and equal dims but dim {dim} (0..=3)"),
+            ));
+        }
+        let mut ne = at.ne;
+        ne[dim] += bt.ne[dim];
+        let id = self.node(Op::Concat, at.ty, ne, &[Some(a), Some(b)]);
+        self.g.tensor_mut(id).set_param_i32(0, dim as i32);
+        Ok(id)
+    }
+
+    /// `ggml_pad_ext` (`circular`: `ggml_pad_ext_circular`): `pads` = `[lp0, rp0, lp1, rp1, lp2,
+    /// rp2, lp3, rp3]` elements added before and after each dim, zeros (or the source wrapped
+    /// around).
+    pub fn pad(&mut self, a: TensorId, pads: [i32; 8], circular: bool) -> Result<TensorId> {
+        let at = self.t(a).clone();
+        if pads.iter().any(|&p| p < 0) {
+            return Err(err("PAD", &[&at], format!("negative padding {pads:?}")));
+        }
+        let ne = std::array::from_fn(|k| at.ne[k] + pads[2 * k] as i64 + pads[2 * k + 1] as i64);
+        let id = self.node(Op::Pad, at.ty, ne, &[Some(a)]);
+        let t = self.g.tensor_mut(id);
+        for (i, &p) in pads.iter().enumerate() {
+            t.set_param_i32(i, p);
+        }
+        t.set_param_i32(8, circular as i32);
+        Ok(id)
+    }
+
     /// `ggml_add_id`: `a[:, i1, i2] + b[:, ids[i1, i2]]`.
     pub fn add_id(&mut self, a: TensorId, b: TensorId, ids: TensorId) -> Result<TensorId> {
         let (at, bt, it) = (self.t(a).clone(), self.t(b).clone(), self.t(ids).clone());
@@ -357,6 +418,14 @@ impl GraphBuilder {
     pub fn rms_norm(&mut self, a: TensorId, eps: f32) -> TensorId {
         let at = self.t(a).clone();
         let id = self.node(Op::RmsNorm, at.ty, at.ne, &[Some(a)]);
+        self.g.tensor_mut(id).set_param_f32(0, eps);
+        id
+    }
+
+    /// `ggml_l2_norm`: each row divided by its Euclidean length (at least `eps`).
+    pub fn l2_norm(&mut self, a: TensorId, eps: f32) -> TensorId {
+        let at = self.t(a).clone();
+        let id = self.node(Op::L2Norm, at.ty, at.ne, &[Some(a)]);
         self.g.tensor_mut(id).set_param_f32(0, eps);
         id
     }

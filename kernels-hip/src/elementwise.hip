@@ -253,6 +253,10 @@ tandem_binary_any(const char* src0, const char* src1, char* dst, tandem_binary_s
 #define TANDEM_UN_EXPM1 14
 #define TANDEM_UN_SOFTPLUS 15
 #define TANDEM_UN_GELU_ERF 16
+#define TANDEM_UN_FLOOR 18
+#define TANDEM_UN_CEIL 19
+#define TANDEM_UN_ROUND 20
+#define TANDEM_UN_TRUNC 21
 #define TANDEM_UN_SCALE 64
 #define TANDEM_UN_CLAMP 65
 
@@ -272,6 +276,19 @@ struct tandem_op_clamp {
 };
 struct tandem_op_silu {
     __device__ float operator()(float x) const { return tandem_act_silu(x); }
+};
+struct tandem_op_floor {
+    __device__ float operator()(float x) const { return floorf(x); }
+};
+struct tandem_op_ceil {
+    __device__ float operator()(float x) const { return ceilf(x); }
+};
+// Halves away from zero, as the CPU's roundf.
+struct tandem_op_round {
+    __device__ float operator()(float x) const { return roundf(x); }
+};
+struct tandem_op_trunc {
+    __device__ float operator()(float x) const { return truncf(x); }
 };
 struct tandem_op_abs {
     __device__ float operator()(float x) const { return fabsf(x); }
@@ -407,6 +424,10 @@ tandem_unary_any(const char* src, char* dst, tandem_unary_shape s, int op, int t
     case TANDEM_UN_EXPM1: tandem_unary_typed(src, dst, s, tandem_op_expm1(), ts, td); break;
     case TANDEM_UN_SOFTPLUS: tandem_unary_typed(src, dst, s, tandem_op_softplus(), ts, td); break;
     case TANDEM_UN_GELU_ERF: tandem_unary_typed(src, dst, s, tandem_op_gelu_erf(), ts, td); break;
+    case TANDEM_UN_FLOOR: tandem_unary_typed(src, dst, s, tandem_op_floor(), ts, td); break;
+    case TANDEM_UN_CEIL: tandem_unary_typed(src, dst, s, tandem_op_ceil(), ts, td); break;
+    case TANDEM_UN_ROUND: tandem_unary_typed(src, dst, s, tandem_op_round(), ts, td); break;
+    case TANDEM_UN_TRUNC: tandem_unary_typed(src, dst, s, tandem_op_trunc(), ts, td); break;
     default: break;
     }
 }

@@ -1,4 +1,4 @@
-//! ADD, MUL, DIV: `dst = src0 op src1` with src1 repeated over src0 (each dim of src0 a
+//! ADD, SUB, MUL, DIV: `dst = src0 op src1` with src1 repeated over src0 (each dim of src0 a
 //! multiple of src1's). Any mix of f32/f16/bf16, any strides, in place when dst is src0.
 //!
 //! Rows whose three operands are plain f32 run straight on the tensor memory; everything else is
@@ -36,6 +36,7 @@ pub unsafe fn run(ctx: &CpuContext, dst: &Tensor, srcs: &Srcs) -> Result<(), OpE
     unsafe {
         match dst.op {
             Op::Add => combine(ctx, dst, a, b, |x, y| x + y),
+            Op::Sub => combine(ctx, dst, a, b, |x, y| x - y),
             Op::Mul => combine(ctx, dst, a, b, |x, y| x * y),
             Op::Div => combine(ctx, dst, a, b, |x, y| x / y),
             other => return Err(OpError::new(dst, srcs, format!("{other} is not a binary op"))),

@@ -14,6 +14,7 @@ mod fa_kernel;
 mod fa_simd;
 mod get_rows;
 mod glu;
+mod layout;
 pub(crate) mod matmul;
 mod norm;
 mod rope;
@@ -36,15 +37,16 @@ use tandem_graph::{Op, Tensor};
 pub fn check(dst: &Tensor, srcs: &Srcs) -> Result<(), OpError> {
     match dst.op {
         Op::None | Op::Reshape | Op::View | Op::Permute | Op::Transpose => Ok(()),
-        Op::Add | Op::Mul | Op::Div => binary::check(dst, srcs),
+        Op::Add | Op::Sub | Op::Mul | Op::Div => binary::check(dst, srcs),
         Op::AddId => add_id::check(dst, srcs),
-        Op::Unary | Op::Scale | Op::Clamp => unary::check(dst, srcs),
+        Op::Unary | Op::Scale | Op::Clamp | Op::Sqr | Op::Sqrt | Op::Log | Op::Sin | Op::Cos => unary::check(dst, srcs),
         Op::Glu => glu::check(dst, srcs),
         Op::SumRows => sum_rows::check(dst, srcs),
+        Op::Repeat | Op::Concat | Op::Pad => layout::check(dst, srcs),
         Op::Cpy | Op::Cont | Op::Dup => copy::check(dst, srcs),
         Op::GetRows => get_rows::check(dst, srcs),
         Op::SetRows => set_rows::check(dst, srcs),
-        Op::Norm | Op::RmsNorm => norm::check(dst, srcs),
+        Op::Norm | Op::RmsNorm | Op::L2Norm => norm::check(dst, srcs),
         Op::Rope => rope::check(dst, srcs),
         Op::SoftMax => softmax::check(dst, srcs),
         Op::Argsort | Op::TopK => sort::check(dst, srcs),
@@ -66,15 +68,18 @@ pub unsafe fn compute(ctx: &CpuContext, dst: &Tensor, srcs: &Srcs) -> Result<(),
     }
     match dst.op {
         Op::None | Op::Reshape | Op::View | Op::Permute | Op::Transpose => Ok(()),
-        Op::Add | Op::Mul | Op::Div => binary::run(ctx, dst, srcs),
+        Op::Add | Op::Sub | Op::Mul | Op::Div => binary::run(ctx, dst, srcs),
         Op::AddId => add_id::run(ctx, dst, srcs),
-        Op::Unary | Op::Scale | Op::Clamp => unary::run(ctx, dst, srcs),
+        Op::Unary | Op::Scale | Op::Clamp | Op::Sqr | Op::Sqrt | Op::Log | Op::Sin | Op::Cos => {
+            unary::run(ctx, dst, srcs)
+        }
         Op::Glu => glu::run(ctx, dst, srcs),
         Op::SumRows => sum_rows::run(ctx, dst, srcs),
+        Op::Repeat | Op::Concat | Op::Pad => layout::run(ctx, dst, srcs),
         Op::Cpy | Op::Cont | Op::Dup => copy::run(ctx, dst, srcs),
         Op::GetRows => get_rows::run(ctx, dst, srcs),
         Op::SetRows => set_rows::run(ctx, dst, srcs),
-        Op::Norm | Op::RmsNorm => norm::run(ctx, dst, srcs),
+        Op::Norm | Op::RmsNorm | Op::L2Norm => norm::run(ctx, dst, srcs),
         Op::Rope => rope::run(ctx, dst, srcs),
         Op::SoftMax => softmax::run(ctx, dst, srcs),
         Op::Argsort | Op::TopK => sort::run(ctx, dst, srcs),

@@ -1,5 +1,5 @@
-//! NORM (`(x - mean) / sqrt(var + eps)`) and RMS_NORM (`x / sqrt(mean(x²) + eps)`) over each
-//! row of f32, any strides. As in ggml, the sums are accumulated in f64 and the per-row
+//! NORM (`(x - mean) / sqrt(var + eps)`), RMS_NORM (`x / sqrt(mean(x²) + eps)`) and L2_NORM
+//! (`x / max(sqrt(Σx²), eps)`) over each row of f32, any strides. As in ggml, the sums are accumulated in f64 and the per-row
 //! statistics rounded to f32 before scaling.
 
 use super::rs_rowio::{elements_disjoint, load_f32, row_ptr, split_row, store_f32};
@@ -10,7 +10,7 @@ use tandem_graph::{params, ElemType, Op, Tensor};
 pub fn check(dst: &Tensor, srcs: &Srcs) -> Result<(), OpError> {
     let a = need(dst, srcs, 0)?;
     ensure(a.ty == ElemType::F32 && dst.ty == ElemType::F32, dst, srcs, || {
-        "NORM and RMS_NORM take and give f32".into()
+        format!("{} takes and gives f32", dst.op)
     })?;
     ensure(a.ne == dst.ne, dst, srcs, || "dst must have src0's shape".into())?;
     let eps = params::norm_eps(dst);
@@ -27,7 +27,6 @@ pub unsafe fn run(ctx: &CpuContext, dst: &Tensor, srcs: &Srcs) -> Result<(), OpE
         return Err(OpError::new(dst, srcs, "missing source"));
     };
     let eps = params::norm_eps(dst);
-    let rms = dst.op == Op::RmsNorm;
     let ne0 = a.ne[0] as usize;
     let nrows = a.nrows() as usize;
     ctx.par_chunks_work(nrows, 4, nrows * ne0 * 3, |start, end| {
@@ -38,10 +37,10 @@ pub unsafe fn run(ctx: &CpuContext, dst: &Tensor, srcs: &Srcs) -> Result<(), OpE
             // (elements are disjoint, checked), and only after the whole row was read.
             unsafe {
                 load_f32(ElemType::F32, row_ptr(a, i1, i2, i3), a.nb[0], &mut row);
-                if rms {
-                    rms_norm_row(&mut row, eps);
-                } else {
-                    norm_row(&mut row, eps);
+                match dst.op {
+                    Op::RmsNorm => rms_norm_row(&mut row, eps),
+                    Op::L2Norm => l2_norm_row(&mut row, eps),
+                    _ => norm_row(&mut row, eps),
                 }
                 store_f32(ElemType::F32, row_ptr(dst, i1, i2, i3), dst.nb[0], &row);
             }
@@ -75,6 +74,13 @@ fn norm_row(x: &mut [f32], eps: f32) {
     }
     let var = (sum_f64(x, |v| v * v) / x.len() as f64) as f32;
     let scale = 1.0 / (var + eps).sqrt();
+    for v in x.iter_mut() {
+        *v *= scale;
+    }
+}
+
+fn l2_norm_row(x: &mut [f32], eps: f32) {
+    let scale = 1.0 / (sum_f64(x, |v| v * v) as f32).sqrt().max(eps);
     for v in x.iter_mut() {
         *v *= scale;
     }

@@ -1,4 +1,5 @@
-//! UNARY (op_params[0] = ggml's unary op), SCALE (`x * s + b`) and CLAMP: one function applied
+//! UNARY (op_params[0] = ggml's unary op), SCALE (`x * s + b`), CLAMP and the math ops (SQR,
+//! SQRT, LOG, SIN, COS): one function applied
 //! to every element, f32/f16/bf16 in and out, any strides, in place when dst is src0.
 //!
 //! Each op is its own monomorphised row loop so the cheap ones and the sigmoid family (see
@@ -27,7 +28,7 @@ pub fn check(dst: &Tensor, srcs: &Srcs) -> Result<(), OpError> {
                 format!("unknown unary op {id}")
             })
         }
-        Op::Scale | Op::Clamp => Ok(()),
+        Op::Scale | Op::Clamp | Op::Sqr | Op::Sqrt | Op::Log | Op::Sin | Op::Cos => Ok(()),
         other => Err(OpError::new(dst, srcs, format!("{other} is not a unary op"))),
     }
 }
@@ -39,6 +40,11 @@ pub unsafe fn run(ctx: &CpuContext, dst: &Tensor, srcs: &Srcs) -> Result<(), OpE
     // SAFETY: forwarded contract; `check` passed.
     unsafe {
         match dst.op {
+            Op::Sqr => map_rows(ctx, dst, a, |x| x * x),
+            Op::Sqrt => map_rows(ctx, dst, a, f32::sqrt),
+            Op::Log => map_rows(ctx, dst, a, f32::ln),
+            Op::Sin => map_rows(ctx, dst, a, f32::sin),
+            Op::Cos => map_rows(ctx, dst, a, f32::cos),
             Op::Scale => {
                 let (s, b) = scale_params(dst);
                 map_rows(ctx, dst, a, move |x| x * s + b);
@@ -100,6 +106,11 @@ unsafe fn run_unary(ctx: &CpuContext, dst: &Tensor, a: &Tensor, op: UnaryOp) {
             // Above 20, log(1 + e^x) equals x in f32.
             UnaryOp::Softplus => map_rows(ctx, dst, a, |x| if x > 20.0 { x } else { x.exp().ln_1p() }),
             UnaryOp::GeluErf => map_rows(ctx, dst, a, gelu_erf),
+            UnaryOp::Floor => map_rows(ctx, dst, a, f32::floor),
+            UnaryOp::Ceil => map_rows(ctx, dst, a, f32::ceil),
+            // Halves away from zero, as C's roundf.
+            UnaryOp::Round => map_rows(ctx, dst, a, f32::round),
+            UnaryOp::Trunc => map_rows(ctx, dst, a, f32::trunc),
         }
     }
 }

@@ -1,4 +1,4 @@
-//! ADD, MUL, DIV in f64: `dst[i] = src0[i] op src1[i mod src1.ne]`, element by element.
+//! ADD, SUB, MUL, DIV in f64: `dst[i] = src0[i] op src1[i mod src1.ne]`, element by element.
 
 use crate::data::{indices, read_f64, write_f64};
 use crate::error::{ensure, need};
@@ -38,6 +38,7 @@ pub unsafe fn run(dst: &Tensor, srcs: &Srcs) -> Result<(), OpError> {
         let (x, y) = unsafe { (read_f64(a, i), read_f64(b, j)) };
         let v = match dst.op {
             Op::Add => x + y,
+            Op::Sub => x - y,
             Op::Mul => x * y,
             Op::Div => x / y,
             other => return Err(OpError::new(dst, srcs, format!("{other} is not a binary op"))),

@@ -1,4 +1,4 @@
-//! NORM and RMS_NORM reference, all in f64.
+//! NORM, RMS_NORM and L2_NORM reference, all in f64.
 
 use crate::data::{read_f64, rows, write_f64};
 use crate::error::{ensure, need};
@@ -30,6 +30,9 @@ pub unsafe fn run(dst: &Tensor, srcs: &Srcs) -> Result<(), OpError> {
         let y: Vec<f64> = if dst.op == Op::RmsNorm {
             let ms = x.iter().map(|v| v * v).sum::<f64>() / n as f64;
             x.iter().map(|v| v / (ms + eps).sqrt()).collect()
+        } else if dst.op == Op::L2Norm {
+            let len = x.iter().map(|v| v * v).sum::<f64>().sqrt().max(eps);
+            x.iter().map(|v| v / len).collect()
         } else {
             let mean = x.iter().sum::<f64>() / n as f64;
             let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n as f64;

@@ -1,4 +1,4 @@
-//! UNARY, SCALE and CLAMP in f64, element by element, from the textbook formulas.
+//! UNARY, SCALE, CLAMP and SQR/SQRT/LOG/SIN/COS in f64, element by element, from the textbook formulas.
 
 use crate::data::{indices, read_f64, write_f64};
 use crate::error::{ensure, need};
@@ -22,9 +22,13 @@ pub fn check(dst: &Tensor, srcs: &Srcs) -> Result<(), OpError> {
             format!("unknown unary op {id}")
         })?;
     }
-    ensure(matches!(dst.op, Op::Unary | Op::Scale | Op::Clamp), dst, srcs, || {
-        "not a unary op".into()
-    })
+    let math = matches!(dst.op, Op::Sqr | Op::Sqrt | Op::Log | Op::Sin | Op::Cos);
+    ensure(
+        math || matches!(dst.op, Op::Unary | Op::Scale | Op::Clamp),
+        dst,
+        srcs,
+        || "not a unary op".into(),
+    )
 }
 
 /// # Safety
@@ -40,6 +44,11 @@ pub unsafe fn run(dst: &Tensor, srcs: &Srcs) -> Result<(), OpError> {
         let v = match (dst.op, unary) {
             (Op::Scale, _) => x * s as f64 + b as f64,
             (Op::Clamp, _) => x.min(hi as f64).max(lo as f64),
+            (Op::Sqr, _) => x * x,
+            (Op::Sqrt, _) => x.sqrt(),
+            (Op::Log, _) => x.ln(),
+            (Op::Sin, _) => x.sin(),
+            (Op::Cos, _) => x.cos(),
             (Op::Unary, Some(op)) => apply(op, x),
             _ => return Err(OpError::new(dst, srcs, "not a known unary op")),
         };
@@ -89,6 +98,10 @@ fn apply(op: UnaryOp, x: f64) -> f64 {
             }
         }
         UnaryOp::GeluErf => gelu_erf(x),
+        UnaryOp::Floor => x.floor(),
+        UnaryOp::Ceil => x.ceil(),
+        UnaryOp::Round => x.round(),
+        UnaryOp::Trunc => x.trunc(),
     }
 }
 

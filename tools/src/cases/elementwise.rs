@@ -1,5 +1,5 @@
-//! ADD/MUL/DIV with broadcasting (f32, f16, bf16, half with f32 src1), permuted and in place;
-//! SCALE, CLAMP, SUM_ROWS and ADD_ID.
+//! ADD/SUB/MUL/DIV with broadcasting (f32, f16, bf16, half with f32 src1), permuted and in place;
+//! SCALE, CLAMP, SUM_ROWS, ADD_ID, and SQR/SQRT/LOG/SIN/COS.
 
 use super::{dims, Case, Fill, Setup};
 use tandem_graph::{ElemType, Op};
@@ -45,6 +45,7 @@ fn binary(op: Op, t0: ElemType, t1: ElemType, a_ne: [i64; 4], b_ne: [i64; 4], la
         let b = s.input_with(t1, &b_ne, fill)?;
         let out = match op {
             Op::Add => s.g.add(a, b)?,
+            Op::Sub => s.g.sub(a, b)?,
             Op::Mul => s.g.mul(a, b)?,
             _ => s.g.div(a, b)?,
         };
@@ -52,6 +53,28 @@ fn binary(op: Op, t0: ElemType, t1: ElemType, a_ne: [i64; 4], b_ne: [i64; 4], la
             s.make_inplace(out, a);
         }
         Ok(out)
+    })
+}
+
+/// SQR, SQRT, LOG, SIN, COS; SQRT and LOG on positive inputs.
+fn math(op: Op, ty: ElemType, ne: [i64; 4], permuted: bool) -> Case {
+    let name = format!(
+        "{op}(type={ty},ne={}{})",
+        dims(&ne),
+        if permuted { ",permuted" } else { "" }
+    );
+    Case::new(op, name, move |s: &mut Setup| {
+        let fill = match op {
+            Op::Sqrt | Op::Log => Fill::Uniform(0.05, 4.0),
+            _ => Fill::Uniform(-4.0, 4.0),
+        };
+        let a = if permuted {
+            let a0 = s.input_with(ty, &[ne[0], ne[2], ne[1], ne[3]], fill)?;
+            s.g.permute(a0, [0, 2, 1, 3])?
+        } else {
+            s.input_with(ty, &ne, fill)?
+        };
+        s.g.math(op, a)
     })
 }
 
@@ -113,7 +136,7 @@ pub fn cases(v: &mut Vec<Case>) {
         ([256, 3, 2, 2], [256, 3, 2, 2]),
         ([32, 6, 4, 1], [16, 3, 2, 1]),
     ];
-    for op in [Op::Add, Op::Mul, Op::Div] {
+    for op in [Op::Add, Op::Sub, Op::Mul, Op::Div] {
         for (t0, t1) in BINARY_TYPES {
             for (a, b) in shapes {
                 v.push(binary(op, t0, t1, a, b, Layout::Plain));
@@ -146,6 +169,14 @@ pub fn cases(v: &mut Vec<Case>) {
         v.push(sum_rows(ne, false));
     }
     v.push(sum_rows([33, 4, 3, 1], true));
+    for op in [Op::Sqr, Op::Sqrt, Op::Log, Op::Sin, Op::Cos] {
+        for ty in [ElemType::F32, ElemType::F16] {
+            for ne in [[7, 3, 1, 1], [67, 5, 2, 1], [1024, 2, 1, 1]] {
+                v.push(math(op, ty, ne, false));
+            }
+            v.push(math(op, ty, [32, 5, 3, 1], true));
+        }
+    }
     for (ne0, n_used, n_tokens, n_expert) in [
         (8, 1, 1, 2),
         (64, 2, 1, 4),

@@ -5,6 +5,7 @@ mod activation;
 mod attention;
 mod copy;
 mod elementwise;
+mod layout;
 mod matmul;
 mod norm;
 pub mod perf;
@@ -147,6 +148,7 @@ pub fn all() -> Vec<Case> {
     softmax::cases(&mut v);
     attention::cases(&mut v);
     elementwise::cases(&mut v);
+    layout::cases(&mut v);
     activation::cases(&mut v);
     copy::cases(&mut v);
     norm::cases(&mut v);
@@ -191,8 +193,18 @@ mod tests {
             Op::Glu,
             Op::Unary,
             Op::Add,
+            Op::Sub,
             Op::Mul,
             Op::Div,
+            Op::Sqr,
+            Op::Sqrt,
+            Op::Log,
+            Op::Sin,
+            Op::Cos,
+            Op::Repeat,
+            Op::Concat,
+            Op::Pad,
+            Op::L2Norm,
             Op::Scale,
             Op::Clamp,
             Op::SumRows,

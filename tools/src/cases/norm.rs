@@ -1,4 +1,4 @@
-//! NORM and RMS_NORM: odd and model-sized rows, two epsilons, permuted input, in place; and a
+//! NORM, RMS_NORM and L2_NORM: odd and model-sized rows, two epsilons, permuted input, in place; and a
 //! norm followed by the MUL by a weight (the pair a GPU may fuse), judged on the MUL's result.
 
 use super::{dims, Case, Setup};
@@ -18,10 +18,10 @@ fn norm(op: Op, ne: [i64; 4], eps: f32, permuted: bool, inplace: bool) -> Case {
         } else {
             s.input(ElemType::F32, &ne)?
         };
-        let out = if op == Op::Norm {
-            s.g.norm(a, eps)
-        } else {
-            s.g.rms_norm(a, eps)
+        let out = match op {
+            Op::Norm => s.g.norm(a, eps),
+            Op::L2Norm => s.g.l2_norm(a, eps),
+            _ => s.g.rms_norm(a, eps),
         };
         if inplace {
             s.make_inplace(out, a);
@@ -56,7 +56,7 @@ fn norm_mul(op: Op, ne: [i64; 4], wne: [i64; 4], w_first: bool) -> Case {
 }
 
 pub fn cases(v: &mut Vec<Case>) {
-    for op in [Op::Norm, Op::RmsNorm] {
+    for op in [Op::Norm, Op::RmsNorm, Op::L2Norm] {
         for ne in [
             [1, 3, 1, 1],
             [7, 3, 1, 1],

@@ -20,9 +20,11 @@ use tandem_graph::{ElemType, Op, Tensor};
 
 pub const REGISTRATIONS: &[Registration] = &[
     reg("hip.add_f32", Op::Add, accepts_binary_f32, launch_binary_f32),
+    reg("hip.sub_f32", Op::Sub, accepts_binary_f32, launch_binary_f32),
     reg("hip.mul_f32", Op::Mul, accepts_binary_f32, launch_binary_f32),
     reg("hip.div_f32", Op::Div, accepts_binary_f32, launch_binary_f32),
     reg("hip.add_half", Op::Add, accepts_binary_half, launch_binary_typed),
+    reg("hip.sub_half", Op::Sub, accepts_binary_half, launch_binary_typed),
     reg("hip.mul_half", Op::Mul, accepts_binary_half, launch_binary_typed),
     reg("hip.div_half", Op::Div, accepts_binary_half, launch_binary_typed),
     reg("hip.glu_f32", Op::Glu, accepts_glu_f32, launch_glu),
@@ -98,11 +100,12 @@ fn float_ids<const N: usize>(ts: [&Tensor; N], all_f32: bool) -> Option<[i32; N]
     (f32_only == all_f32).then_some(ids)
 }
 
-// ---------------------------------------------------------------- ADD / MUL / DIV
+// ---------------------------------------------------------------- ADD / SUB / MUL / DIV
 
 fn binary_op(op: Op) -> Option<BinaryOp> {
     match op {
         Op::Add => Some(BinaryOp::Add),
+        Op::Sub => Some(BinaryOp::Sub),
         Op::Mul => Some(BinaryOp::Mul),
         Op::Div => Some(BinaryOp::Div),
         _ => None,
@@ -436,7 +439,10 @@ mod tests {
             let a = g.new_tensor(t0, &[64, 4, 3, 2]);
             let b = g.new_tensor(t1, &[1, 4, 3, 2]);
             let n = g.add(a, b).unwrap();
-            assert_eq!(chosen(&g.build(), n), vec![want]);
+            let s = g.sub(a, b).unwrap();
+            let g = g.build();
+            assert_eq!(chosen(&g, n), vec![want]);
+            assert_eq!(chosen(&g, s), vec![want.replace("add", "sub")]);
         }
         let mut g = GraphBuilder::new();
         let a = g.new_tensor(F32, &[32, 6, 4]);
