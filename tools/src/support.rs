@@ -70,7 +70,7 @@ fn rows() -> Vec<Row> {
         let a = s.input(t, &[256, 2])?;
         Ok(s.g.cont(a))
     }));
-    for op in [Op::Add, Op::Mul, Op::Div] {
+    for op in [Op::Add, Op::Sub, Op::Mul, Op::Div] {
         for src1_f32 in [false, true] {
             let label = format!("{op} {}", if src1_f32 { "(src1 f32)" } else { "(same types)" });
             v.push(row(&label, op, move |s, t| {
@@ -78,6 +78,7 @@ fn rows() -> Vec<Row> {
                 let b = s.input(if src1_f32 { F32 } else { t }, &[256, 2])?;
                 match op {
                     Op::Add => s.g.add(a, b),
+                    Op::Sub => s.g.sub(a, b),
                     Op::Mul => s.g.mul(a, b),
                     _ => s.g.div(a, b),
                 }
@@ -101,6 +102,28 @@ fn rows() -> Vec<Row> {
     v.push(row("SUM_ROWS", Op::SumRows, |s, t| {
         let a = s.input(t, &[256, 2])?;
         Ok(s.g.sum_rows(a))
+    }));
+    for op in [Op::Sqr, Op::Sqrt, Op::Log, Op::Sin, Op::Cos] {
+        v.push(row(op.name(), op, move |s, t| {
+            let a = s.input(t, &[256, 2])?;
+            s.g.math(op, a)
+        }));
+    }
+    v.push(row("REPEAT", Op::Repeat, |s, t| {
+        let a = s.input(t, &[256, 1])?;
+        s.g.repeat(a, [256, 2, 1, 1])
+    }));
+    v.push(row("CONCAT", Op::Concat, |s, t| {
+        let a = s.input(t, &[256, 2])?;
+        s.g.concat(a, a, 1)
+    }));
+    v.push(row("PAD", Op::Pad, |s, t| {
+        let a = s.input(t, &[256, 2])?;
+        s.g.pad(a, [0, 0, 1, 1, 0, 0, 0, 0], false)
+    }));
+    v.push(row("L2_NORM", Op::L2Norm, |s, t| {
+        let a = s.input(t, &[256, 2])?;
+        Ok(s.g.l2_norm(a, 1e-6))
     }));
     v.push(row("NORM", Op::Norm, |s, t| {
         let a = s.input(t, &[256, 2])?;
