@@ -148,6 +148,25 @@ mod tests {
     use super::super::rs_testutil::{cpu_vs_ref, Mem};
     use tandem_graph::{ElemType, GraphBuilder};
 
+    /// Params a host could send that the builder never makes: a dim past 3, negative padding,
+    /// a quantized type. The check names what is wrong.
+    #[test]
+    fn bad_params_are_refused_with_a_reason() {
+        let mut g = GraphBuilder::new();
+        let a = g.new_tensor(ElemType::F32, &[8, 2]);
+        let c = g.concat(a, a, 1).unwrap();
+        let p = g.pad(a, [1, 0, 0, 0, 0, 0, 0, 0], false).unwrap();
+        let q = g.new_tensor(ElemType::Q8_0, &[32, 2]);
+        let r = g.repeat(q, [32, 4, 1, 1]).unwrap();
+        let mut g = g.build();
+        g.tensor_mut(c).set_param_i32(0, 5);
+        g.tensor_mut(p).set_param_i32(0, -1);
+        for (id, want) in [(c, "dim 5"), (p, "negative padding"), (r, "without blocks")] {
+            let err = crate::cpu::check(g.tensor(id), &g.srcs(id)).unwrap_err().to_string();
+            assert!(err.contains(want), "{err}");
+        }
+    }
+
     #[test]
     fn repeat_concat_pad_match_the_reference() {
         for ty in [ElemType::F32, ElemType::F16, ElemType::I32] {
