@@ -537,13 +537,13 @@ fn unsupported_node_fails_cleanly() {
             no_alloc: true,
         });
         let a = sys::ggml_new_tensor_1d(ctx, F32.ggml_id(), 16);
-        // SQR is an op tandem does not know.
-        let sq = named(sys::ggml_sqr(ctx, a), "unsupported_sqr");
+        // CUMSUM is an op tandem does not know.
+        let sq = named(sys::ggml_cumsum(ctx, a), "unsupported_cumsum");
         let gf = sys::ggml_new_graph(ctx);
         sys::ggml_build_forward_expand(gf, sq);
         assert!(
             !sys::ggml_backend_dev_supports_op(d.tandem, sq),
-            "supports_op must refuse SQR"
+            "supports_op must refuse CUMSUM"
         );
         let buf = sys::ggml_backend_alloc_ctx_tensors(ctx, b.0);
         let status = sys::ggml_backend_graph_compute(b.0, gf);
