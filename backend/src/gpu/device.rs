@@ -474,7 +474,8 @@ impl GpuDevice {
         // The graph's tensor addresses: device graphs are kept per plan and addresses (a
         // hybrid model's layers, each a graph of its own between ggml's CPU work, share a plan),
         // and the way chooser counts the address sets of a plan.
-        let at = {
+        // Hashed only where needed (the trials below, device graphs), once.
+        let addresses = || {
             let mut h = std::collections::hash_map::DefaultHasher::new();
             key.hash(&mut h);
             for t in &g.tensors {
@@ -487,7 +488,12 @@ impl GpuDevice {
         let choosing = st.way_trials
             && st.split.mode() == ShareMode::Auto
             && plan.steps.iter().any(|s| matches!(s, GpuStep::Split { .. }));
-        let way = if choosing { st.ways.way(key, at) } else { Way::Split };
+        let mut at = None;
+        let way = if choosing {
+            st.ways.way(key, *at.insert(addresses()))
+        } else {
+            Way::Split
+        };
         if way == Way::Gpu {
             plan = match st.gpu_plans.get(&key) {
                 Some(p) => p.clone(),
@@ -527,6 +533,7 @@ impl GpuDevice {
         let result = if cfg.graphs && capturable && st.stream.has_graphs() {
             // Graphs of one plan at other addresses are kept apart, so each can come again, and
             // so are the two ways of one graph.
+            let at = at.unwrap_or_else(addresses);
             let graph_key = if way == Way::Gpu {
                 at ^ 0x9e37_79b9_7f4a_7c15
             } else {
