@@ -695,3 +695,385 @@ tandem_fa_reduce(const float* partial, const char* sinks, char* dst, tandem_fa_s
         *(float*)(dst + (i64)c * 4 + h * s.nbd[1] + qi * s.nbd[2] + seq * s.nbd[3]) = x * inv;
     }
 }
+
+// ---------------------------------------------------------------- prefill on tensor cores
+// tandem_fa_mma_d<D>: FLASH_ATTN_EXT with f16 K and V of head size D (K and V alike) for many
+// queries, on NVIDIA sm_80+ m16n8k16 f16 mma with f32 accumulation. A block of four warps owns
+// 64 consecutive queries of one q head (16 a warp) and walks the kv rows in tiles of KT:
+//   - q is rounded to f16 once (ggml's CUDA kernels do the same); scores, the online softmax
+//     and the output sums stay f32, p is rounded to f16 for the p · V mma;
+//   - K and V tiles go to shared memory as stored with cp.async, the next tile's copies in
+//     flight while this one is multiplied (two stages where the shared memory allows);
+//   - S = q · Kᵀ: A fragments of q (registers for D <= 128, ldmatrix from shared memory for
+//     larger D), B fragments of K rows by ldmatrix; p · V: the score accumulators repacked as A
+//     fragments, V by ldmatrix.trans;
+//   - tiles outside the first and last ones with a finite mask value for some row of the block
+//     are never read (causal prefill skips those past the diagonal), found by a scan of the mask
+//     one tile a warp from both ends;
+//   - each row's max and sum are kept in base-2 units (scores times log2 e), so every
+//     exponential is one exp2f.
+// Every other shape (few queries, other K/V types or head sizes, devices without mma) runs on
+// the kernels above; the launcher picks (backend/src/gpu/ops/flash_attn.rs, `mma_plan`).
+#if defined(TANDEM_NVIDIA) && __CUDA_ARCH__ >= 800
+#define TANDEM_FA_MMA 1
+#endif
+#define TANDEM_FA_MMA_ROWS 64
+
+#if defined(TANDEM_FA_MMA)
+// Two floats as f16x2 (lo in the low half).
+TANDEM_DEVICE u32 tandem_fa_pack2(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+TANDEM_DEVICE void tandem_fa_ldsm4(u32 (&r)[4], u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+TANDEM_DEVICE void tandem_fa_ldsm4t(u32 (&r)[4], u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+// c += a · b, m16n8k16, f16 inputs, f32 accumulators.
+TANDEM_DEVICE void tandem_fa_hmma(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// Rows j0 .. j0 + ROWS of K or V (D halves each, 16-byte aligned) into shared rows SS bytes
+// apart; rows at or past n_kv are zero-filled.
+template <int D, int ROWS, int SS>
+TANDEM_DEVICE void tandem_fa_mma_stage(u32 dst, const char* src, i64 stride, int j0, int n_kv) {
+    constexpr int CH = D / 8;
+    for (int u = threadIdx.x; u < ROWS * CH; u += TANDEM_FA_THREADS) {
+        const int r = u / CH, c = u - r * CH;
+        const bool in = j0 + r < n_kv;
+        const char* g = src + (in ? (i64)(j0 + r) * stride + c * 16 : 0);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst + r * SS + c * 16), "l"(g),
+                     "r"(in ? 16 : 0)
+                     : "memory");
+    }
+}
+// Whether some row of `rows` (mask rows `mrow` .. , nbm1 bytes apart) has a finite entry in kv
+// columns j0 .. j0 + KT; one warp, every lane gets the answer.
+template <int KT>
+TANDEM_DEVICE bool tandem_fa_mma_live(const char* mrow, i64 nbm1, int rows, int j0, int n_kv) {
+    const int lane = threadIdx.x % warpSize;
+    const int n = min(KT, n_kv - j0);
+    bool live = false;
+    for (int r = lane; r < rows; r += warpSize) {
+        const char* p = mrow + r * nbm1 + (i64)j0 * 2;
+        int c = 0;
+        for (; c + 8 <= n; c += 8) {
+            const uint4 w = *(const uint4*)(p + 2 * c);
+            const u32 x[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                live |= (x[i] & 0xFFFFu) != 0xFC00u || (x[i] >> 16) != 0xFC00u;
+            }
+        }
+        for (; c < n; ++c) {
+            live |= *(const u16*)(p + 2 * c) != 0xFC00u;
+        }
+    }
+    return __any_sync(0xffffffffu, live);
+}
+#endif
+
+template <int D, int KT>
+TANDEM_DEVICE void tandem_fa_mma(const char* q, const char* k, const char* v, const char* mask, const char* sinks,
+                                 char* dst, const tandem_fa_shape& s) {
+#if defined(TANDEM_FA_MMA)
+    constexpr int SS = 2 * D + 16;  // shared row stride in bytes: ldmatrix rows on distinct banks
+    constexpr int NT = KT / 8;      // score n-tiles of a warp
+    constexpr int DT = D / 8;       // output n-tiles
+    constexpr bool QREG = D <= 128;
+    constexpr float LOG2E = 1.4426950408889634f;
+    extern __shared__ __align__(16) u8 tandem_fa_smem[];
+    __shared__ int found_s[TANDEM_FA_THREADS / 32];
+    const int t = threadIdx.x, lane = t % 32, warp = t / 32;
+    const int g = lane / 4, c4 = lane % 4;
+    const int q0 = blockIdx.x * TANDEM_FA_MMA_ROWS;
+    const int h = blockIdx.y, seq = blockIdx.z;
+    const int kvh = h / s.group, kv_seq = seq / s.seq_per_kv;
+    const int rows = min(TANDEM_FA_MMA_ROWS, s.n_q - q0);
+    const int stages = s.pipe != 0 ? 2 : 1;
+    const u32 qs = (u32)__cvta_generic_to_shared(tandem_fa_smem);
+    const u32 ks0 = qs + TANDEM_FA_MMA_ROWS * SS;
+    const u32 vs0 = ks0 + stages * KT * SS;
+    const char* kbase = k + kvh * s.nbk[2] + kv_seq * s.nbk[3];
+    const char* vbase = v + kvh * s.nbv[2] + kv_seq * s.nbv[3];
+    const char* mrow0 = s.has_mask ? mask + (i64)q0 * s.nbm[1] + (h % s.nem2) * s.nbm[2] + (seq % s.nem3) * s.nbm[3]
+                                   : nullptr;
+
+    // The tiles with a finite mask entry for some row: [lo, hi).
+    const int n_tiles = (s.n_kv + KT - 1) / KT;
+    int lo = 0, hi = n_tiles;
+    if (s.has_mask) {
+        for (;;) {
+            const int ti = hi - 1 - warp;
+            const bool live = ti >= lo && tandem_fa_mma_live<KT>(mrow0, s.nbm[1], rows, ti * KT, s.n_kv);
+            if (lane == 0) found_s[warp] = live;
+            __syncthreads();
+            int last = -1;
+            for (int w = TANDEM_FA_THREADS / 32 - 1; w >= 0; --w) {
+                if (found_s[w]) last = hi - 1 - w;
+            }
+            __syncthreads();
+            if (last >= 0 || hi - TANDEM_FA_THREADS / 32 <= lo) {
+                hi = last + 1;
+                break;
+            }
+            hi -= TANDEM_FA_THREADS / 32;
+        }
+        while (lo < hi) {
+            const int ti = lo + warp;
+            const bool live = ti < hi && tandem_fa_mma_live<KT>(mrow0, s.nbm[1], rows, ti * KT, s.n_kv);
+            if (lane == 0) found_s[warp] = live;
+            __syncthreads();
+            int first = -1;
+            for (int w = 0; w < TANDEM_FA_THREADS / 32; ++w) {
+                if (found_s[w] && first < 0) first = lo + w;
+            }
+            __syncthreads();
+            if (first >= 0) {
+                lo = first;
+                break;
+            }
+            lo += TANDEM_FA_THREADS / 32;
+        }
+    }
+    if (lo < hi) {
+        tandem_fa_mma_stage<D, KT, SS>(ks0, kbase, s.nbk[1], lo * KT, s.n_kv);
+        tandem_fa_mma_stage<D, KT, SS>(vs0, vbase, s.nbv[1], lo * KT, s.n_kv);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+
+    // q rows as f16 (rows past n_q as zeros).
+    for (int e = t; e < TANDEM_FA_MMA_ROWS * (D / 2); e += TANDEM_FA_THREADS) {
+        const int r = e / (D / 2), d = 2 * (e - r * (D / 2));
+        float x0 = 0.0f, x1 = 0.0f;
+        if (r < rows) {
+            const char* p = q + (i64)d * 4 + (i64)(q0 + r) * s.nbq[1] + h * s.nbq[2] + seq * s.nbq[3];
+            x0 = *(const float*)p;
+            x1 = *(const float*)(p + 4);
+        }
+        *(u32*)(tandem_fa_smem + r * SS + d * 2) = tandem_fa_pack2(x0, x1);
+    }
+    __syncthreads();
+    // This lane's ldmatrix row of the warp's q rows.
+    const u32 qa_lane = qs + (16 * warp + lane % 16) * SS + 16 * (lane / 16);
+    u32 qf[QREG ? D / 16 : 1][4];
+    if constexpr (QREG) {
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) tandem_fa_ldsm4(qf[kk], qa_lane + 32 * kk);
+    }
+
+    const int r_a = q0 + 16 * warp + g, r_b = r_a + 8;  // this lane's two rows (queries)
+    const bool in_a = r_a < s.n_q, in_b = r_b < s.n_q;
+    float slope = 1.0f;
+    if (s.max_bias > 0.0f) {
+        slope = h < s.n_head_log2 ? powf(s.m0, (float)(h + 1)) : powf(s.m1, (float)(2 * (h - s.n_head_log2) + 1));
+    }
+    const float qscale2 = s.softcap != 0.0f ? s.q_scale : s.q_scale * LOG2E;
+    const float cap2 = s.softcap * LOG2E;
+    const float slope2 = slope * LOG2E;
+    const char* mrow_a = s.has_mask && in_a ? mrow0 + (i64)(16 * warp + g) * s.nbm[1] : nullptr;
+    const char* mrow_b = s.has_mask && in_b ? mrow0 + (i64)(16 * warp + g + 8) * s.nbm[1] : nullptr;
+
+    float o[DT][4];
+#pragma unroll
+    for (int i = 0; i < DT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m_a = -TANDEM_INF, m_b = -TANDEM_INF, l_a = 0.0f, l_b = 0.0f;
+
+    for (int ti = lo; ti < hi; ++ti) {
+        const int st = stages == 2 ? (ti - lo) & 1 : 0;
+        if (stages == 2 && ti + 1 < hi) {
+            tandem_fa_mma_stage<D, KT, SS>(ks0 + (st ^ 1) * KT * SS, kbase, s.nbk[1], (ti + 1) * KT, s.n_kv);
+            tandem_fa_mma_stage<D, KT, SS>(vs0 + (st ^ 1) * KT * SS, vbase, s.nbv[1], (ti + 1) * KT, s.n_kv);
+            asm volatile("cp.async.commit_group;" ::: "memory");
+            asm volatile("cp.async.wait_group 1;" ::: "memory");
+        } else {
+            asm volatile("cp.async.wait_group 0;" ::: "memory");
+        }
+        __syncthreads();
+        const u32 ks = ks0 + st * KT * SS, vs = vs0 + st * KT * SS;
+        const int j0 = ti * KT;
+
+        // S = q · Kᵀ for the warp's 16 rows and the tile's KT kv rows.
+        float sc[NT][4];
+#pragma unroll
+        for (int i = 0; i < NT; ++i) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.0f;
+#pragma unroll
+        for (int k2 = 0; k2 < D / 32; ++k2) {
+            u32 qa[4], qb[4];
+            if constexpr (QREG) {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    qa[i] = qf[QREG ? 2 * k2 : 0][i];
+                    qb[i] = qf[QREG ? 2 * k2 + 1 : 0][i];
+                }
+            } else {
+                tandem_fa_ldsm4(qa, qa_lane + 64 * k2);
+                tandem_fa_ldsm4(qb, qa_lane + 64 * k2 + 32);
+            }
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+                u32 b[4];
+                tandem_fa_ldsm4(b, ks + (nt * 8 + lane % 8) * SS + 64 * k2 + 16 * (lane / 8));
+                tandem_fa_hmma(sc[nt], qa, b[0], b[1]);
+                tandem_fa_hmma(sc[nt], qb, b[2], b[3]);
+            }
+        }
+
+        // Scale, softcap, mask (base-2 units); the tile's row maxima.
+        float mx_a = -TANDEM_INF, mx_b = -TANDEM_INF;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            const int j = j0 + nt * 8 + 2 * c4;
+            float ba[2] = {0.0f, 0.0f}, bb[2] = {0.0f, 0.0f};
+            if (s.has_mask) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    ba[e] = bb[e] = -TANDEM_INF;
+                }
+                if (j + 1 < s.n_kv) {
+                    if (mrow_a) {
+                        const u32 w = *(const u32*)(mrow_a + (i64)j * 2);
+                        ba[0] = tandem_f16_to_f32((u16)(w & 0xFFFFu));
+                        ba[1] = tandem_f16_to_f32((u16)(w >> 16));
+                    }
+                    if (mrow_b) {
+                        const u32 w = *(const u32*)(mrow_b + (i64)j * 2);
+                        bb[0] = tandem_f16_to_f32((u16)(w & 0xFFFFu));
+                        bb[1] = tandem_f16_to_f32((u16)(w >> 16));
+                    }
+                } else if (j < s.n_kv) {
+                    if (mrow_a) ba[0] = tandem_f16_to_f32(*(const u16*)(mrow_a + (i64)j * 2));
+                    if (mrow_b) bb[0] = tandem_f16_to_f32(*(const u16*)(mrow_b + (i64)j * 2));
+                }
+            }
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int jj = j + (e & 1);
+                const bool row_in = e < 2 ? in_a : in_b;
+                const float bias = e < 2 ? ba[e & 1] : bb[e & 1];
+                float x = sc[nt][e] * qscale2;
+                if (s.softcap != 0.0f) x = cap2 * tanhf(x);
+                x = (!row_in || jj >= s.n_kv || bias == -TANDEM_INF) ? -TANDEM_INF : x + slope2 * bias;
+                sc[nt][e] = x;
+                if (e < 2) {
+                    mx_a = fmaxf(mx_a, x);
+                } else {
+                    mx_b = fmaxf(mx_b, x);
+                }
+            }
+        }
+        mx_a = fmaxf(mx_a, __shfl_xor(mx_a, 1));
+        mx_a = fmaxf(mx_a, __shfl_xor(mx_a, 2));
+        mx_b = fmaxf(mx_b, __shfl_xor(mx_b, 1));
+        mx_b = fmaxf(mx_b, __shfl_xor(mx_b, 2));
+        const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
+        const float al_a = m_a == -TANDEM_INF ? 0.0f : exp2f(m_a - mn_a);
+        const float al_b = m_b == -TANDEM_INF ? 0.0f : exp2f(m_b - mn_b);
+        m_a = mn_a;
+        m_b = mn_b;
+        float sum_a = 0.0f, sum_b = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float x = sc[nt][e];
+                const float p = x == -TANDEM_INF ? 0.0f : exp2f(x - (e < 2 ? mn_a : mn_b));
+                sc[nt][e] = p;
+                if (e < 2) {
+                    sum_a += p;
+                } else {
+                    sum_b += p;
+                }
+            }
+        }
+        l_a = l_a * al_a + sum_a;
+        l_b = l_b * al_b + sum_b;
+#pragma unroll
+        for (int i = 0; i < DT; ++i) {
+            o[i][0] *= al_a;
+            o[i][1] *= al_a;
+            o[i][2] *= al_b;
+            o[i][3] *= al_b;
+        }
+
+        // o += p · V.
+#pragma unroll
+        for (int kk = 0; kk < KT / 16; ++kk) {
+            const u32 pa[4] = {tandem_fa_pack2(sc[2 * kk][0], sc[2 * kk][1]),
+                               tandem_fa_pack2(sc[2 * kk][2], sc[2 * kk][3]),
+                               tandem_fa_pack2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                               tandem_fa_pack2(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+            const u32 vrow = vs + (16 * kk + lane % 8 + 8 * ((lane / 8) % 2)) * SS + 16 * (lane / 16);
+#pragma unroll
+            for (int dp = 0; dp < D / 16; ++dp) {
+                u32 b[4];
+                tandem_fa_ldsm4t(b, vrow + 32 * dp);
+                tandem_fa_hmma(o[2 * dp], pa, b[0], b[1]);
+                tandem_fa_hmma(o[2 * dp + 1], pa, b[2], b[3]);
+            }
+        }
+        __syncthreads();
+        if (stages == 1 && ti + 1 < hi) {
+            tandem_fa_mma_stage<D, KT, SS>(ks0, kbase, s.nbk[1], (ti + 1) * KT, s.n_kv);
+            tandem_fa_mma_stage<D, KT, SS>(vs0, vbase, s.nbv[1], (ti + 1) * KT, s.n_kv);
+            asm volatile("cp.async.commit_group;" ::: "memory");
+        }
+    }
+
+    // Each row's sum over its four lanes, the sink, and the normalized output.
+    l_a += __shfl_xor(l_a, 1);
+    l_a += __shfl_xor(l_a, 2);
+    l_b += __shfl_xor(l_b, 1);
+    l_b += __shfl_xor(l_b, 2);
+    float w_a = 1.0f, w_b = 1.0f;
+    if (s.has_sinks) {
+        const float sink = *(const float*)(sinks + h * s.nbsink) * LOG2E;
+        const float mm_a = fmaxf(m_a, sink), mm_b = fmaxf(m_b, sink);
+        w_a = m_a == -TANDEM_INF ? 0.0f : exp2f(m_a - mm_a);
+        w_b = m_b == -TANDEM_INF ? 0.0f : exp2f(m_b - mm_b);
+        l_a = l_a * w_a + exp2f(sink - mm_a);
+        l_b = l_b * w_b + exp2f(sink - mm_b);
+    }
+    const float inv_a = l_a > 0.0f ? w_a / l_a : 0.0f;
+    const float inv_b = l_b > 0.0f ? w_b / l_b : 0.0f;
+    char* out = dst + h * s.nbd[1] + seq * s.nbd[3];
+#pragma unroll
+    for (int i = 0; i < DT; ++i) {
+        const int col = 8 * i + 2 * c4;
+        if (in_a) {
+            float* p = (float*)(out + (i64)col * 4 + (i64)r_a * s.nbd[2]);
+            p[0] = o[i][0] * inv_a;
+            p[1] = o[i][1] * inv_a;
+        }
+        if (in_b) {
+            float* p = (float*)(out + (i64)col * 4 + (i64)r_b * s.nbd[2]);
+            p[0] = o[i][2] * inv_b;
+            p[1] = o[i][3] * inv_b;
+        }
+    }
+#endif
+}
+
+// Prefill on tensor cores: head sizes 64, 96 and 128 (kv tiles of 64 rows) and 256 (32 rows).
+extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS) tandem_fa_mma_d64(TANDEM_FA_PARAMS) {
+    tandem_fa_mma<64, 64>(q, k, v, mask, sinks, dst, s);
+}
+extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS) tandem_fa_mma_d96(TANDEM_FA_PARAMS) {
+    tandem_fa_mma<96, 64>(q, k, v, mask, sinks, dst, s);
+}
+extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS) tandem_fa_mma_d128(TANDEM_FA_PARAMS) {
+    tandem_fa_mma<128, 64>(q, k, v, mask, sinks, dst, s);
+}
+extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS) tandem_fa_mma_d256(TANDEM_FA_PARAMS) {
+    tandem_fa_mma<256, 32>(q, k, v, mask, sinks, dst, s);
+}

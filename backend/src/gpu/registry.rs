@@ -110,7 +110,7 @@ pub fn all() -> Vec<&'static Registration> {
 
 /// Names that `TANDEM_DISABLE_DISPATCH` acts on without being registrations: the launchers ask
 /// `Config::is_disabled` about them to choose among a registration's kernel forms.
-pub const SWITCHES: [&str; 8] = {
+pub const SWITCHES: [&str; 9] = {
     use super::ops::matmul_launch as m;
     [
         m::MMA_SWITCH,
@@ -121,6 +121,7 @@ pub const SWITCHES: [&str; 8] = {
         m::SEG_UNITS_SWITCH,
         m::SEG_NARROW_SWITCH,
         m::MMID_UNITS_SWITCH,
+        super::ops::flash_attn::MMA_SWITCH,
     ]
 };
 

@@ -282,4 +282,44 @@ pub fn cases(v: &mut Vec<Case>) {
             ..base
         }));
     }
+
+    // Prefill shapes of the tensor-core kernels (f16 K/V, head sizes 64/96/128/256, 32 queries
+    // or more a head): ragged kv ends, causal masks over several blocks of queries, no mask,
+    // and the options, on 16-byte aligned mask rows (kv lengths that are multiples of 8).
+    for d in [64, 96, 128, 256] {
+        for (n_kv, n_q, mask, causal) in [
+            (104, 40, true, false),
+            (203, 33, false, false),
+            (520, 130, true, true),
+            (64, 64, true, true),
+        ] {
+            v.push(flash_attn(FaCase {
+                causal,
+                ..FaCase::base(ElemType::F16, d, n_kv, n_q, 8, 2, mask)
+            }));
+        }
+    }
+    let base = FaCase::base(ElemType::F16, 128, 136, 48, 8, 2, true);
+    v.push(flash_attn(FaCase { sinks: true, ..base }));
+    v.push(flash_attn(FaCase { softcap: 30.0, ..base }));
+    v.push(flash_attn(FaCase {
+        max_bias: 8.0,
+        mask_heads: 8,
+        ..base
+    }));
+    v.push(flash_attn(FaCase {
+        cache_view: true,
+        causal: true,
+        prec: 10,
+        ..base
+    }));
+    v.push(flash_attn(FaCase {
+        n_seq: 4,
+        n_seq_kv: 2,
+        ..base
+    }));
+    v.push(flash_attn(FaCase {
+        causal: true,
+        ..FaCase::base(ElemType::F16, 128, 600, 300, 4, 2, true)
+    }));
 }

@@ -217,6 +217,8 @@ pub fn cases(batched: bool) -> Vec<Case> {
         v.push(flash_attn_heads(kv, 256, 20000, 1, 32, 2));
     }
     v.push(flash_attn_heads(ElemType::F16, 256, 20000, 512, 32, 2));
+    // A 512-token prompt of Llama-3-8B heads at a 4K depth.
+    v.push(flash_attn_heads(ElemType::F16, 128, 4608, 512, 32, 8));
     v.push(Case::new(Op::RmsNorm, "RMS_NORM(ne=4096x1)".into(), |s| {
         let a = s.input(ElemType::F32, &[4096, 1])?;
         Ok(s.g.rms_norm(a, 1e-5))

@@ -2,7 +2,10 @@
 //! q4_0, q4_1, q5_0, q5_1, q8_0 or iq4_nl; head sizes that are multiples of 8 up to 1024 (K and V
 //! may differ, as DeepSeek's 576 / 512); any GQA ratio; q sequences broadcast over K/V ones;
 //! optional f16 mask broadcast over heads and sequences, ALiBi, sinks and logit softcap; K/V as
-//! strided views of a cache. Every precision setting runs in f32.
+//! strided views of a cache. Every precision setting runs in f32, except on the tensor-core
+//! prefill kernels (NVIDIA sm_80+, f16 K/V, head sizes 64/96/128/256, at least 32 queries a
+//! head), which round q and the softmax weights to f16 for the mma as ggml's CUDA kernels do,
+//! sums and the softmax staying f32 (`TANDEM_DISABLE_DISPATCH=hip.fa.mma` turns them off).
 //!
 //! One registration, `hip.fa`, picks the kernel shape per node: how many (query, head) rows a
 //! block holds, how many kv rows a tile holds (from the shared memory the device grants), and how
@@ -380,9 +383,127 @@ pub fn entry(k: ElemType, v: ElemType, variant: Variant) -> &'static str {
     NAMES[types][shape]
 }
 
+/// `TANDEM_DISABLE_DISPATCH` name of the tensor-core prefill kernels (`tandem_fa_mma_d*`):
+/// disabled, every node runs on the kernels above.
+pub const MMA_SWITCH: &str = "hip.fa.mma";
+
+/// Fewest queries a head for which the tensor-core kernels run a node (a block holds 64).
+pub const MMA_MIN_QUERIES: i64 = 32;
+
+/// Query rows of a tensor-core block (`TANDEM_FA_MMA_ROWS`).
+const MMA_ROWS: usize = 64;
+
+/// How a node runs on the tensor-core prefill kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MmaPlan {
+    pub entry: &'static str,
+    /// kv rows a tile.
+    pub kt: usize,
+    /// K/V tiles in flight: 2 (the next copied while this one is multiplied) or 1.
+    pub stages: usize,
+    pub shared: usize,
+}
+
+/// Dynamic shared memory a block of the tensor-core kernels may take on an sm_`sm` device.
+fn mma_budget(sm: u32) -> usize {
+    match sm {
+        90 => 227 * 1024,
+        80 | 87 => 163 * 1024,
+        _ => 99 * 1024,
+    }
+}
+
+/// Whether every byte address `t`'s rows start at (and its data) is a multiple of `align`.
+fn rows_aligned(t: &Tensor, align: u64) -> bool {
+    (t.data as u64).is_multiple_of(align) && t.nb[1..].iter().all(|&b| (b as u64).is_multiple_of(align))
+}
+
+/// The tensor-core kernel for `node` on a device of compile target `arch`, or `None` where the
+/// kernels above run it: K and V f16 with one head size of 64, 96, 128 or 256, at least
+/// [`MMA_MIN_QUERIES`] queries, K/V rows (and mask rows) at 16-byte aligned addresses, an
+/// NVIDIA sm_80+ device.
+pub fn mma_plan(node: &Node<'_>, arch: &str) -> Option<MmaPlan> {
+    let sm = sm_number(arch).filter(|&sm| sm >= 80)?;
+    let (q, k, v) = (node.src(0)?, node.src(1)?, node.src(2)?);
+    if k.ty != ElemType::F16 || v.ty != ElemType::F16 || q.ne[1] < MMA_MIN_QUERIES || k.ne[0] != v.ne[0] {
+        return None;
+    }
+    let (entry, kt) = match k.ne[0] {
+        64 => ("tandem_fa_mma_d64", 64),
+        96 => ("tandem_fa_mma_d96", 64),
+        128 => ("tandem_fa_mma_d128", 64),
+        256 => ("tandem_fa_mma_d256", 32),
+        _ => return None,
+    };
+    if !rows_aligned(k, 16) || !rows_aligned(v, 16) || node.src(3).is_some_and(|m| !rows_aligned(m, 16)) {
+        return None;
+    }
+    if q.ne[2] as usize > MAX_GRID_YZ || q.ne[3] as usize > MAX_GRID_YZ {
+        return None;
+    }
+    let ss = 2 * k.ne[0] as usize + 16;
+    let (stages, shared) = mma_stages(ss, kt, mma_budget(sm))?;
+    Some(MmaPlan {
+        entry,
+        kt,
+        stages,
+        shared,
+    })
+}
+
+/// K/V tiles in flight (2 or 1) and the shared bytes of a block (64 q rows and the tiles, rows
+/// `ss` bytes apart) within `budget`.
+fn mma_stages(ss: usize, kt: usize, budget: usize) -> Option<(usize, usize)> {
+    [2usize, 1]
+        .into_iter()
+        .map(|st| (st, ss * (MMA_ROWS + 2 * st * kt)))
+        .find(|&(_, bytes)| bytes <= budget)
+}
+
+/// Queues the tensor-core kernel of `plan` for `node`: one block per 64 queries of a head.
+///
+/// # Safety
+/// As [`crate::gpu::registry::Launch`], with `plan` from [`mma_plan`] for this node.
+unsafe fn launch_mma(ctx: &LaunchCtx<'_>, node: &Node<'_>, plan: MmaPlan) -> Result<(), KernelError> {
+    let fail = |m: &str| launch_error("launch_flash_attn", m.to_string());
+    let (mut s, _) = fa_shape(node, 48 * 1024, 1).ok_or_else(|| fail("node not accepted"))?;
+    s.pipe = i32::from(plan.stages == 2);
+    let q = node.src(0).ok_or_else(|| fail("q is required"))?;
+    let opt = |t: Option<&Tensor>| t.map(dptr).unwrap_or(DevicePtr(0));
+    let f = ctx.kernels.function(FAMILY, plan.entry)?;
+    let mut args = KernelArgs::new();
+    args.push(dptr(q))
+        .push(opt(node.src(1)))
+        .push(opt(node.src(2)))
+        .push(opt(node.src(3)))
+        .push(opt(node.src(4)))
+        .push(dptr(node.dst))
+        .push(DevicePtr(0))
+        .push(s);
+    let cfg = LaunchConfig {
+        grid: [
+            (q.ne[1] as usize).div_ceil(MMA_ROWS) as u32,
+            q.ne[2] as u32,
+            q.ne[3] as u32,
+        ],
+        block: [THREADS as u32, 1, 1],
+        shared_bytes: plan.shared as u32,
+    };
+    // SAFETY: the parameters are those of the other entries (`partial` unused); `mma_plan`
+    // checked the K/V types, head sizes and the 16-byte alignment of every K/V/mask row the
+    // kernel copies or scans, `fa_shape` the strides and extents.
+    unsafe { ctx.stream.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu)
+}
+
 /// # Safety
 /// As [`crate::gpu::registry::Launch`].
 unsafe fn launch(ctx: &LaunchCtx<'_>, node: &Node<'_>, _next: Option<&Node<'_>>) -> Result<(), KernelError> {
+    if !crate::config::Config::get().is_disabled(MMA_SWITCH) {
+        if let Some(plan) = mma_plan(node, &ctx.info.arch) {
+            // SAFETY: as this function's own contract, with the plan made for this node.
+            return unsafe { launch_mma(ctx, node, plan) };
+        }
+    }
     let fail = |m: &str| launch_error("launch_flash_attn", m.to_string());
     let (budget, per_sm) = shared_budget(ctx.info);
     let (Some(q), Some(k), Some(v)) = (node.src(0), node.src(1), node.src(2)) else {
@@ -573,6 +694,59 @@ mod tests {
         assert!(!accepts(&Node::of(&g, odd), None));
         // A K type the CPU fallback does not read either.
         assert!(!accepts(&Node::of(&g, kquant), None));
+    }
+
+    #[test]
+    fn tensor_core_kernels_take_f16_prefill_of_their_head_sizes() {
+        let mut b = GraphBuilder::new();
+        let mut node = |dk: i64, n_q: i64, ty: ElemType| {
+            let q = b.new_tensor(ElemType::F32, &[dk, n_q, 32, 1]);
+            let k = b.new_tensor(ty, &[dk, 1024, 8, 1]);
+            let v = b.new_tensor(ty, &[dk, 1024, 8, 1]);
+            let m = b.new_tensor(ElemType::F16, &[1024, n_q, 1, 1]);
+            b.flash_attn_ext(q, k, v, Some(m), None, 0.1, 0.0, 0.0).unwrap()
+        };
+        let d128 = node(128, 512, ElemType::F16);
+        let d256 = node(256, 512, ElemType::F16);
+        let d80 = node(80, 512, ElemType::F16);
+        let few = node(128, MMA_MIN_QUERIES - 1, ElemType::F16);
+        let q8 = node(128, 512, ElemType::Q8_0);
+        let g = b.build();
+        let plan = |n, arch| mma_plan(&Node::of(&g, n), arch);
+        assert_eq!(
+            plan(d128, "sm_90"),
+            Some(MmaPlan {
+                entry: "tandem_fa_mma_d128",
+                kt: 64,
+                stages: 2,
+                shared: 272 * (64 + 4 * 64)
+            })
+        );
+        let p256 = plan(d256, "sm_90").unwrap();
+        assert_eq!((p256.entry, p256.kt, p256.stages), ("tandem_fa_mma_d256", 32, 2));
+        assert!(plan(d256, "sm_89").unwrap().shared <= 99 * 1024);
+        // Where a block gets less shared memory, one K/V tile at a time, or none.
+        assert_eq!(mma_stages(528, 32, 80 * 1024), Some((1, 528 * (64 + 2 * 32))));
+        assert_eq!(mma_stages(528, 32, 48 * 1024), None);
+        // Other head sizes, few queries, quantized K/V and devices without mma: the kernels above.
+        for (n, arch) in [
+            (d80, "sm_90"),
+            (few, "sm_90"),
+            (q8, "sm_90"),
+            (d128, "sm_75"),
+            (d128, "gfx1100"),
+        ] {
+            assert_eq!(plan(n, arch), None, "{arch}");
+        }
+        let fam = tandem_kernels_hip::find(FAMILY).unwrap();
+        for e in [
+            "tandem_fa_mma_d64",
+            "tandem_fa_mma_d96",
+            "tandem_fa_mma_d128",
+            "tandem_fa_mma_d256",
+        ] {
+            assert!(fam.entries.contains(&e));
+        }
     }
 
     #[test]
