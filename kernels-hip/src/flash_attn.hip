@@ -781,6 +781,81 @@ TANDEM_DEVICE bool tandem_fa_mma_live(const char* mrow, i64 nbm1, int rows, int 
     }
     return __any_sync(0xffffffffu, live);
 }
+// Mask entries j and j + 1 of a row (f16 bits, the first in the low half), -inf past `n` or for
+// a row without one (null).
+TANDEM_DEVICE u32 tandem_fa_mask2(const char* mrow, int j, int n) {
+    if (mrow == nullptr || j >= n) return 0xFC00FC00u;
+    if (j + 1 < n) return *(const u32*)(mrow + (i64)j * 2);
+    return 0xFC000000u | *(const u16*)(mrow + (i64)j * 2);
+}
+// Narrows [lo, hi) to the tiles from the first to the last for which `live(tile)` (called by
+// a whole warp, the same tile on every lane) holds, a tile a warp from each end; empty when none.
+template <typename F>
+TANDEM_DEVICE void tandem_fa_mma_bounds(int& lo, int& hi, int* found_s, F live) {
+    constexpr int W = TANDEM_FA_THREADS / 32;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    for (;;) {
+        const int ti = hi - 1 - warp;
+        const bool l = ti >= lo && live(ti);
+        if (lane == 0) found_s[warp] = l;
+        __syncthreads();
+        int last = -1;
+        for (int w = W - 1; w >= 0; --w) {
+            if (found_s[w]) last = hi - 1 - w;
+        }
+        __syncthreads();
+        if (last >= 0) {
+            hi = last + 1;
+            break;
+        }
+        if (hi - W <= lo) {
+            hi = lo;
+            return;
+        }
+        hi -= W;
+    }
+    while (lo < hi) {
+        const int ti = lo + warp;
+        const bool l = ti < hi && live(ti);
+        if (lane == 0) found_s[warp] = l;
+        __syncthreads();
+        int first = -1;
+        for (int w = 0; w < W; ++w) {
+            if (found_s[w] && first < 0) first = lo + w;
+        }
+        __syncthreads();
+        if (first >= 0) {
+            lo = first;
+            return;
+        }
+        lo += W;
+    }
+}
+// The same scan for decode blocks: the 16 rows' mask rows at byte offsets `moff` (-1: a row
+// past the group), lanes 0-15 and 16-31 each taking half of the tile's columns.
+template <int KT>
+TANDEM_DEVICE bool tandem_fa_mmd_live(const char* mask, const i64* moff, int j0, int n_kv) {
+    const int lane = threadIdx.x % 32, r = lane % 16;
+    const int n = min(KT, n_kv - j0);
+    bool live = false;
+    if (moff[r] >= 0) {
+        const char* p = mask + moff[r] + (i64)j0 * 2;
+        int c = (lane / 16) * (KT / 2);
+        const int ce = min(n, c + KT / 2);
+        for (; c + 8 <= ce; c += 8) {
+            const uint4 w = *(const uint4*)(p + 2 * c);
+            const u32 x[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                live |= (x[i] & 0xFFFFu) != 0xFC00u || (x[i] >> 16) != 0xFC00u;
+            }
+        }
+        for (; c < ce; ++c) {
+            live |= *(const u16*)(p + 2 * c) != 0xFC00u;
+        }
+    }
+    return __any_sync(0xffffffffu, live);
+}
 #endif
 
 template <int D, int KT>
@@ -810,41 +885,11 @@ TANDEM_DEVICE void tandem_fa_mma(const char* q, const char* k, const char* v, co
                                    : nullptr;
 
     // The tiles with a finite mask entry for some row: [lo, hi).
-    const int n_tiles = (s.n_kv + KT - 1) / KT;
-    int lo = 0, hi = n_tiles;
+    int lo = 0, hi = (s.n_kv + KT - 1) / KT;
     if (s.has_mask) {
-        for (;;) {
-            const int ti = hi - 1 - warp;
-            const bool live = ti >= lo && tandem_fa_mma_live<KT>(mrow0, s.nbm[1], rows, ti * KT, s.n_kv);
-            if (lane == 0) found_s[warp] = live;
-            __syncthreads();
-            int last = -1;
-            for (int w = TANDEM_FA_THREADS / 32 - 1; w >= 0; --w) {
-                if (found_s[w]) last = hi - 1 - w;
-            }
-            __syncthreads();
-            if (last >= 0 || hi - TANDEM_FA_THREADS / 32 <= lo) {
-                hi = last + 1;
-                break;
-            }
-            hi -= TANDEM_FA_THREADS / 32;
-        }
-        while (lo < hi) {
-            const int ti = lo + warp;
-            const bool live = ti < hi && tandem_fa_mma_live<KT>(mrow0, s.nbm[1], rows, ti * KT, s.n_kv);
-            if (lane == 0) found_s[warp] = live;
-            __syncthreads();
-            int first = -1;
-            for (int w = 0; w < TANDEM_FA_THREADS / 32; ++w) {
-                if (found_s[w] && first < 0) first = lo + w;
-            }
-            __syncthreads();
-            if (first >= 0) {
-                lo = first;
-                break;
-            }
-            lo += TANDEM_FA_THREADS / 32;
-        }
+        tandem_fa_mma_bounds(lo, hi, found_s, [&](int ti) {
+            return tandem_fa_mma_live<KT>(mrow0, s.nbm[1], rows, ti * KT, s.n_kv);
+        });
     }
     if (lo < hi) {
         tandem_fa_mma_stage<D, KT, SS>(ks0, kbase, s.nbk[1], lo * KT, s.n_kv);
@@ -891,6 +936,14 @@ TANDEM_DEVICE void tandem_fa_mma(const char* q, const char* k, const char* v, co
 
     for (int ti = lo; ti < hi; ++ti) {
         const int st = stages == 2 ? (ti - lo) & 1 : 0;
+        // This lane's mask entries of the tile, loaded before waiting for the tile's copies.
+        u32 mk[NT][2];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            const int j = ti * KT + nt * 8 + 2 * c4;
+            mk[nt][0] = s.has_mask ? tandem_fa_mask2(mrow_a, j, s.n_kv) : 0u;
+            mk[nt][1] = s.has_mask ? tandem_fa_mask2(mrow_b, j, s.n_kv) : 0u;
+        }
         if (stages == 2 && ti + 1 < hi) {
             tandem_fa_mma_stage<D, KT, SS>(ks0 + (st ^ 1) * KT * SS, kbase, s.nbk[1], (ti + 1) * KT, s.n_kv);
             tandem_fa_mma_stage<D, KT, SS>(vs0 + (st ^ 1) * KT * SS, vbase, s.nbv[1], (ti + 1) * KT, s.n_kv);
@@ -934,28 +987,9 @@ TANDEM_DEVICE void tandem_fa_mma(const char* q, const char* k, const char* v, co
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
             const int j = j0 + nt * 8 + 2 * c4;
-            float ba[2] = {0.0f, 0.0f}, bb[2] = {0.0f, 0.0f};
-            if (s.has_mask) {
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    ba[e] = bb[e] = -TANDEM_INF;
-                }
-                if (j + 1 < s.n_kv) {
-                    if (mrow_a) {
-                        const u32 w = *(const u32*)(mrow_a + (i64)j * 2);
-                        ba[0] = tandem_f16_to_f32((u16)(w & 0xFFFFu));
-                        ba[1] = tandem_f16_to_f32((u16)(w >> 16));
-                    }
-                    if (mrow_b) {
-                        const u32 w = *(const u32*)(mrow_b + (i64)j * 2);
-                        bb[0] = tandem_f16_to_f32((u16)(w & 0xFFFFu));
-                        bb[1] = tandem_f16_to_f32((u16)(w >> 16));
-                    }
-                } else if (j < s.n_kv) {
-                    if (mrow_a) ba[0] = tandem_f16_to_f32(*(const u16*)(mrow_a + (i64)j * 2));
-                    if (mrow_b) bb[0] = tandem_f16_to_f32(*(const u16*)(mrow_b + (i64)j * 2));
-                }
-            }
+            const u32 wa = mk[nt][0], wb = mk[nt][1];
+            const float ba[2] = {tandem_f16_to_f32((u16)(wa & 0xFFFFu)), tandem_f16_to_f32((u16)(wa >> 16))};
+            const float bb[2] = {tandem_f16_to_f32((u16)(wb & 0xFFFFu)), tandem_f16_to_f32((u16)(wb >> 16))};
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int jj = j + (e & 1);
@@ -1064,6 +1098,286 @@ TANDEM_DEVICE void tandem_fa_mma(const char* q, const char* k, const char* v, co
 #endif
 }
 
+// Decode and short batches on tensor cores (tandem_fa_mmd_d<D>): a block owns 16 (query, head)
+// rows of one kv head (a GQA group of one to a few queries, padded, as the f32 decode kernels
+// map them) and one split of the kv range (flash-decoding, combined by tandem_fa_reduce); each
+// tile of 64 kv rows is copied as the prefill kernel copies it, and warp w scores and
+// accumulates its rows 16 w .. 16 w + 15 against all 16 q rows with its own running max, sum
+// and output, the four warps' results combined through shared memory at the end.
+template <int D>
+TANDEM_DEVICE void tandem_fa_mmd(const char* q, const char* k, const char* v, const char* mask, const char* sinks,
+                                 char* dst, float* partial, const tandem_fa_shape& s) {
+#if defined(TANDEM_FA_MMA)
+    constexpr int KT = 64;
+    constexpr int SS = 2 * D + 16;
+    constexpr int DT = D / 8;
+    constexpr int W = TANDEM_FA_THREADS / 32;
+    constexpr bool QREG = D <= 128;
+    constexpr float LOG2E = 1.4426950408889634f;
+    extern __shared__ __align__(16) u8 tandem_fa_smem[];
+    __shared__ int found_s[W];
+    __shared__ i64 moff_s[16];
+    const int t = threadIdx.x, lane = t % 32, warp = t / 32;
+    const int g = lane / 4, c4 = lane % 4;
+    const int kvh = blockIdx.y % s.n_head_kv, rb = blockIdx.y / s.n_head_kv;
+    const int seq = blockIdx.z, kv_seq = seq / s.seq_per_kv, split = blockIdx.x;
+    const int group_rows = s.group * s.n_q;
+    const int row0 = rb * 16;
+    const int stages = s.pipe != 0 ? 2 : 1;
+    const u32 qs = (u32)__cvta_generic_to_shared(tandem_fa_smem);
+    const u32 ks0 = qs + 16 * SS;
+    const u32 vs0 = ks0 + stages * KT * SS;
+    const char* kbase = k + kvh * s.nbk[2] + kv_seq * s.nbk[3];
+    const char* vbase = v + kvh * s.nbv[2] + kv_seq * s.nbv[3];
+    const int j_begin = split * s.split_len;
+    const int j_end = min(s.n_kv, j_begin + s.split_len);
+
+    if (t < 16) {
+        const int rr = row0 + t;
+        const bool ok = rr < group_rows;
+        const int h = kvh * s.group + (ok ? rr / s.n_q : 0), qi = ok ? rr % s.n_q : 0;
+        moff_s[t] = (s.has_mask && ok) ? qi * s.nbm[1] + (h % s.nem2) * s.nbm[2] + (seq % s.nem3) * s.nbm[3] : -1;
+    }
+    // q rows as f16 (rows past the group as zeros).
+    for (int e = t; e < 16 * (D / 2); e += TANDEM_FA_THREADS) {
+        const int r = e / (D / 2), d = 2 * (e - r * (D / 2));
+        const int rr = row0 + r;
+        float x0 = 0.0f, x1 = 0.0f;
+        if (rr < group_rows) {
+            const int h = kvh * s.group + rr / s.n_q, qi = rr % s.n_q;
+            const char* p = q + (i64)d * 4 + qi * s.nbq[1] + h * s.nbq[2] + seq * s.nbq[3];
+            x0 = *(const float*)p;
+            x1 = *(const float*)(p + 4);
+        }
+        *(u32*)(tandem_fa_smem + r * SS + d * 2) = tandem_fa_pack2(x0, x1);
+    }
+    __syncthreads();
+
+    int lo = j_begin / KT, hi = (j_end + KT - 1) / KT;
+    if (s.has_mask && lo < hi) {
+        tandem_fa_mma_bounds(lo, hi, found_s, [&](int ti) {
+            return tandem_fa_mmd_live<KT>(mask, moff_s, ti * KT, j_end);
+        });
+    }
+    if (lo < hi) {
+        tandem_fa_mma_stage<D, KT, SS>(ks0, kbase, s.nbk[1], lo * KT, s.n_kv);
+        tandem_fa_mma_stage<D, KT, SS>(vs0, vbase, s.nbv[1], lo * KT, s.n_kv);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+    const u32 qa_lane = qs + (lane % 16) * SS + 16 * (lane / 16);
+    u32 qf[QREG ? D / 16 : 1][4];
+    if constexpr (QREG) {
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) tandem_fa_ldsm4(qf[kk], qa_lane + 32 * kk);
+    }
+
+    // This lane's two rows: g and g + 8.
+    const int ra = row0 + g, rb8 = row0 + g + 8;
+    const bool in_a = ra < group_rows, in_b = rb8 < group_rows;
+    float slope_a = 1.0f, slope_b = 1.0f;
+    if (s.max_bias > 0.0f) {
+        const int ha = kvh * s.group + (in_a ? ra / s.n_q : 0), hb = kvh * s.group + (in_b ? rb8 / s.n_q : 0);
+        slope_a = ha < s.n_head_log2 ? powf(s.m0, (float)(ha + 1)) : powf(s.m1, (float)(2 * (ha - s.n_head_log2) + 1));
+        slope_b = hb < s.n_head_log2 ? powf(s.m0, (float)(hb + 1)) : powf(s.m1, (float)(2 * (hb - s.n_head_log2) + 1));
+    }
+    slope_a *= LOG2E;
+    slope_b *= LOG2E;
+    const float qscale2 = s.softcap != 0.0f ? s.q_scale : s.q_scale * LOG2E;
+    const float cap2 = s.softcap * LOG2E;
+    const char* mrow_a = moff_s[g] >= 0 ? mask + moff_s[g] : nullptr;
+    const char* mrow_b = moff_s[g + 8] >= 0 ? mask + moff_s[g + 8] : nullptr;
+
+    float o[DT][4];
+#pragma unroll
+    for (int i = 0; i < DT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m_a = -TANDEM_INF, m_b = -TANDEM_INF, l_a = 0.0f, l_b = 0.0f;
+
+    for (int ti = lo; ti < hi; ++ti) {
+        const int st = stages == 2 ? (ti - lo) & 1 : 0;
+        // This lane's mask entries of its warp's 16 kv rows, loaded before the wait.
+        u32 mk[2][2];
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+            const int j = ti * KT + 16 * warp + nt * 8 + 2 * c4;
+            mk[nt][0] = s.has_mask ? tandem_fa_mask2(mrow_a, j, j_end) : 0u;
+            mk[nt][1] = s.has_mask ? tandem_fa_mask2(mrow_b, j, j_end) : 0u;
+        }
+        if (stages == 2 && ti + 1 < hi) {
+            tandem_fa_mma_stage<D, KT, SS>(ks0 + (st ^ 1) * KT * SS, kbase, s.nbk[1], (ti + 1) * KT, s.n_kv);
+            tandem_fa_mma_stage<D, KT, SS>(vs0 + (st ^ 1) * KT * SS, vbase, s.nbv[1], (ti + 1) * KT, s.n_kv);
+            asm volatile("cp.async.commit_group;" ::: "memory");
+            asm volatile("cp.async.wait_group 1;" ::: "memory");
+        } else {
+            asm volatile("cp.async.wait_group 0;" ::: "memory");
+        }
+        __syncthreads();
+        const u32 ks = ks0 + st * KT * SS + 16 * warp * SS, vs = vs0 + st * KT * SS + 16 * warp * SS;
+        const int j0 = ti * KT + 16 * warp;
+
+        float sc[2][4];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.0f;
+#pragma unroll
+        for (int k2 = 0; k2 < D / 32; ++k2) {
+            u32 qa[4], qb[4];
+            if constexpr (QREG) {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    qa[i] = qf[QREG ? 2 * k2 : 0][i];
+                    qb[i] = qf[QREG ? 2 * k2 + 1 : 0][i];
+                }
+            } else {
+                tandem_fa_ldsm4(qa, qa_lane + 64 * k2);
+                tandem_fa_ldsm4(qb, qa_lane + 64 * k2 + 32);
+            }
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+                u32 b[4];
+                tandem_fa_ldsm4(b, ks + (nt * 8 + lane % 8) * SS + 64 * k2 + 16 * (lane / 8));
+                tandem_fa_hmma(sc[nt], qa, b[0], b[1]);
+                tandem_fa_hmma(sc[nt], qb, b[2], b[3]);
+            }
+        }
+
+        float mx_a = -TANDEM_INF, mx_b = -TANDEM_INF;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+            const int j = j0 + nt * 8 + 2 * c4;
+            const u32 wa = mk[nt][0], wb = mk[nt][1];
+            const float ba[2] = {tandem_f16_to_f32((u16)(wa & 0xFFFFu)), tandem_f16_to_f32((u16)(wa >> 16))};
+            const float bb[2] = {tandem_f16_to_f32((u16)(wb & 0xFFFFu)), tandem_f16_to_f32((u16)(wb >> 16))};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int jj = j + (e & 1);
+                const bool row_in = e < 2 ? in_a : in_b;
+                const float bias = e < 2 ? ba[e & 1] : bb[e & 1];
+                float x = sc[nt][e] * qscale2;
+                if (s.softcap != 0.0f) x = cap2 * tanhf(x);
+                x = (!row_in || jj >= j_end || bias == -TANDEM_INF) ? -TANDEM_INF : x + (e < 2 ? slope_a : slope_b) * bias;
+                sc[nt][e] = x;
+                if (e < 2) {
+                    mx_a = fmaxf(mx_a, x);
+                } else {
+                    mx_b = fmaxf(mx_b, x);
+                }
+            }
+        }
+        mx_a = fmaxf(mx_a, __shfl_xor(mx_a, 1));
+        mx_a = fmaxf(mx_a, __shfl_xor(mx_a, 2));
+        mx_b = fmaxf(mx_b, __shfl_xor(mx_b, 1));
+        mx_b = fmaxf(mx_b, __shfl_xor(mx_b, 2));
+        const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
+        const float al_a = m_a == -TANDEM_INF ? 0.0f : exp2f(m_a - mn_a);
+        const float al_b = m_b == -TANDEM_INF ? 0.0f : exp2f(m_b - mn_b);
+        m_a = mn_a;
+        m_b = mn_b;
+        float sum_a = 0.0f, sum_b = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float x = sc[nt][e];
+                const float p = x == -TANDEM_INF ? 0.0f : exp2f(x - (e < 2 ? mn_a : mn_b));
+                sc[nt][e] = p;
+                if (e < 2) {
+                    sum_a += p;
+                } else {
+                    sum_b += p;
+                }
+            }
+        }
+        l_a = l_a * al_a + sum_a;
+        l_b = l_b * al_b + sum_b;
+        const u32 pa[4] = {tandem_fa_pack2(sc[0][0], sc[0][1]), tandem_fa_pack2(sc[0][2], sc[0][3]),
+                           tandem_fa_pack2(sc[1][0], sc[1][1]), tandem_fa_pack2(sc[1][2], sc[1][3])};
+        const u32 vrow = vs + (lane % 8 + 8 * ((lane / 8) % 2)) * SS + 16 * (lane / 16);
+#pragma unroll
+        for (int dp = 0; dp < D / 16; ++dp) {
+            o[2 * dp][0] *= al_a;
+            o[2 * dp][1] *= al_a;
+            o[2 * dp][2] *= al_b;
+            o[2 * dp][3] *= al_b;
+            o[2 * dp + 1][0] *= al_a;
+            o[2 * dp + 1][1] *= al_a;
+            o[2 * dp + 1][2] *= al_b;
+            o[2 * dp + 1][3] *= al_b;
+            u32 b[4];
+            tandem_fa_ldsm4t(b, vrow + 32 * dp);
+            tandem_fa_hmma(o[2 * dp], pa, b[0], b[1]);
+            tandem_fa_hmma(o[2 * dp + 1], pa, b[2], b[3]);
+        }
+        __syncthreads();
+        if (stages == 1 && ti + 1 < hi) {
+            tandem_fa_mma_stage<D, KT, SS>(ks0, kbase, s.nbk[1], (ti + 1) * KT, s.n_kv);
+            tandem_fa_mma_stage<D, KT, SS>(vs0, vbase, s.nbv[1], (ti + 1) * KT, s.n_kv);
+            asm volatile("cp.async.commit_group;" ::: "memory");
+        }
+    }
+
+    // The four warps' maxima, sums and outputs, combined per row in shared memory (the tiles'
+    // space: every copy has landed and every warp is past its last read).
+    l_a += __shfl_xor(l_a, 1);
+    l_a += __shfl_xor(l_a, 2);
+    l_b += __shfl_xor(l_b, 1);
+    l_b += __shfl_xor(l_b, 2);
+    __syncthreads();  // with no tile, the q fragments' reads came after the last barrier
+    float* ow = (float*)tandem_fa_smem;  // [W][16][D]
+    float* mw = ow + W * 16 * D;         // [W][16]
+    float* lw = mw + W * 16;             // [W][16]
+#pragma unroll
+    for (int i = 0; i < DT; ++i) {
+        const int col = 8 * i + 2 * c4;
+        ow[(warp * 16 + g) * D + col] = o[i][0];
+        ow[(warp * 16 + g) * D + col + 1] = o[i][1];
+        ow[(warp * 16 + g + 8) * D + col] = o[i][2];
+        ow[(warp * 16 + g + 8) * D + col + 1] = o[i][3];
+    }
+    if (c4 == 0) {
+        mw[warp * 16 + g] = m_a;
+        mw[warp * 16 + g + 8] = m_b;
+        lw[warp * 16 + g] = l_a;
+        lw[warp * 16 + g + 8] = l_b;
+    }
+    __syncthreads();
+    for (int e = t; e < 16 * D; e += TANDEM_FA_THREADS) {
+        const int r = e / D, c = e - r * D;
+        const int rr = row0 + r;
+        if (rr >= group_rows) continue;
+        float mx = -TANDEM_INF;
+#pragma unroll
+        for (int w = 0; w < W; ++w) mx = fmaxf(mx, mw[w * 16 + r]);
+        float o_sum = 0.0f, l_sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < W; ++w) {
+            const float mv = mw[w * 16 + r];
+            const float wt = mv == -TANDEM_INF ? 0.0f : exp2f(mv - mx);
+            o_sum += wt * ow[(w * 16 + r) * D + c];
+            l_sum += wt * lw[w * 16 + r];
+        }
+        const int h = kvh * s.group + rr / s.n_q, qi = rr % s.n_q;
+        if (s.n_splits == 1) {
+            if (s.has_sinks) {
+                const float sink = *(const float*)(sinks + h * s.nbsink) * LOG2E;
+                const float mm = fmaxf(mx, sink);
+                const float wsk = mx == -TANDEM_INF ? 0.0f : exp2f(mx - mm);
+                l_sum = l_sum * wsk + exp2f(sink - mm);
+                o_sum *= wsk;
+            }
+            *(float*)(dst + (i64)c * 4 + h * s.nbd[1] + qi * s.nbd[2] + seq * s.nbd[3]) = l_sum > 0.0f ? o_sum / l_sum : 0.0f;
+        } else {
+            // The reduce kernel's units: the max in natural units, sums relative to it.
+            const i64 row = ((i64)seq * s.n_head_kv + kvh) * group_rows + rr;
+            float* part_out = partial + (row * s.n_splits + split) * (i64)(s.dv + 4);
+            part_out[c] = o_sum;
+            if (c == 0) {
+                part_out[s.dv] = mx == -TANDEM_INF ? -TANDEM_INF : mx / LOG2E;
+                part_out[s.dv + 1] = l_sum;
+            }
+        }
+    }
+#endif
+}
+
 // Prefill on tensor cores: head sizes 64, 96 and 128 (kv tiles of 64 rows) and 256 (32 rows).
 extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS) tandem_fa_mma_d64(TANDEM_FA_PARAMS) {
     tandem_fa_mma<64, 64>(q, k, v, mask, sinks, dst, s);
@@ -1076,4 +1390,17 @@ extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS) tandem_fa_mma_d1
 }
 extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS) tandem_fa_mma_d256(TANDEM_FA_PARAMS) {
     tandem_fa_mma<256, 32>(q, k, v, mask, sinks, dst, s);
+}
+// Decode and short batches on tensor cores: the same head sizes, kv tiles of 64 rows.
+extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS) tandem_fa_mmd_d64(TANDEM_FA_PARAMS) {
+    tandem_fa_mmd<64>(q, k, v, mask, sinks, dst, partial, s);
+}
+extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS) tandem_fa_mmd_d96(TANDEM_FA_PARAMS) {
+    tandem_fa_mmd<96>(q, k, v, mask, sinks, dst, partial, s);
+}
+extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS) tandem_fa_mmd_d128(TANDEM_FA_PARAMS) {
+    tandem_fa_mmd<128>(q, k, v, mask, sinks, dst, partial, s);
+}
+extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS) tandem_fa_mmd_d256(TANDEM_FA_PARAMS) {
+    tandem_fa_mmd<256>(q, k, v, mask, sinks, dst, partial, s);
 }

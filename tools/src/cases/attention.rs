@@ -22,6 +22,9 @@ struct FaCase {
     mask: bool,
     /// A causal mask instead of a random one.
     causal: bool,
+    /// With `causal`: kv rows at the end that every query masks (a cache padded past the
+    /// sequence, as llama.cpp's is).
+    hidden_tail: i64,
     /// Mask planes over heads (1 = broadcast to every head).
     mask_heads: i64,
     /// q sequences, and K/V sequences they broadcast over.
@@ -49,6 +52,7 @@ impl FaCase {
             n_head_kv,
             mask,
             causal: false,
+            hidden_tail: 0,
             mask_heads: 1,
             n_seq: 1,
             n_seq_kv: 1,
@@ -78,6 +82,9 @@ fn flash_attn(c: FaCase) -> Case {
     );
     if c.causal {
         name += ",causal";
+    }
+    if c.hidden_tail != 0 {
+        name += &format!(",hidden_tail={}", c.hidden_tail);
     }
     if c.mask_heads != 1 {
         name += &format!(",mask_heads={}", c.mask_heads);
@@ -116,7 +123,7 @@ fn flash_attn(c: FaCase) -> Case {
         };
         let mask = if c.mask {
             let fill = if c.causal {
-                Fill::Causal(c.n_kv - c.n_q)
+                Fill::Causal(c.n_kv - c.n_q - c.hidden_tail)
             } else {
                 Fill::Mask(0.3)
             };
@@ -291,7 +298,7 @@ pub fn cases(v: &mut Vec<Case>) {
             (104, 40, true, false),
             (203, 33, false, false),
             (520, 130, true, true),
-            (64, 64, true, true),
+            (128, 64, true, true),
         ] {
             v.push(flash_attn(FaCase {
                 causal,
@@ -321,5 +328,43 @@ pub fn cases(v: &mut Vec<Case>) {
     v.push(flash_attn(FaCase {
         causal: true,
         ..FaCase::base(ElemType::F16, 128, 600, 300, 4, 2, true)
+    }));
+
+    // Decode and short batches on the tensor-core kernels (f16 K/V, the same head sizes, fewer
+    // than 32 queries a head): kv ranges split over many blocks, GQA groups of 1 to 16 rows and
+    // groups spread over several blocks, a cache padded past the sequence (tiles at the end
+    // that every row masks), no mask with a ragged end.
+    for d in [64, 96, 128, 256] {
+        v.push(flash_attn(FaCase::base(ElemType::F16, d, 4096, 1, 32, 8, true)));
+        v.push(flash_attn(FaCase::base(ElemType::F16, d, 1000, 3, 8, 2, true)));
+        v.push(flash_attn(FaCase::base(ElemType::F16, d, 264, 1, 16, 1, true)));
+        v.push(flash_attn(FaCase::base(ElemType::F16, d, 200, 5, 8, 1, true)));
+        v.push(flash_attn(FaCase::base(ElemType::F16, d, 77, 2, 4, 2, false)));
+        v.push(flash_attn(FaCase {
+            causal: true,
+            hidden_tail: 211,
+            ..FaCase::base(ElemType::F16, d, 512, 1, 8, 2, true)
+        }));
+    }
+    let base = FaCase::base(ElemType::F16, 128, 1536, 2, 8, 2, true);
+    v.push(flash_attn(FaCase { sinks: true, ..base }));
+    v.push(flash_attn(FaCase { softcap: 30.0, ..base }));
+    v.push(flash_attn(FaCase {
+        max_bias: 8.0,
+        mask_heads: 8,
+        ..base
+    }));
+    v.push(flash_attn(FaCase {
+        cache_view: true,
+        causal: true,
+        hidden_tail: 100,
+        prec: 10,
+        ..base
+    }));
+    v.push(flash_attn(FaCase {
+        n_seq: 4,
+        n_seq_kv: 2,
+        sinks: true,
+        ..base
     }));
 }

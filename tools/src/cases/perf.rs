@@ -40,6 +40,41 @@ fn flash_attn_heads(kv_ty: ElemType, d: i64, n_kv: i64, n_q: i64, h: i64, h_kv: 
     .with_flops(4.0 * (d * n_kv * n_q * h) as f64)
 }
 
+/// A prompt of `n_q` tokens at positions 0.. in a cache of `n_kv` cells, f16 K/V: with `views`
+/// as llama.cpp builds it (q a permuted view of the projection, K and V views of a token-major
+/// cache), else contiguous; a causal mask (the cells past the prompt masked for every query) or
+/// an all-visible one.
+fn flash_attn_prompt(d: i64, n_kv: i64, n_q: i64, heads: (i64, i64), causal: bool, views: bool) -> Case {
+    let (h, h_kv) = heads;
+    let name = format!(
+        "FLASH_ATTN_EXT(kv=f16,d={d},n_kv={n_kv},n_q={n_q},heads={h}/{h_kv},{}{})",
+        if causal { "causal" } else { "visible" },
+        if views { ",views" } else { "" }
+    );
+    Case::new(Op::FlashAttnExt, name, move |s: &mut Setup| {
+        let (q, k, v) = if views {
+            let q = s.input(ElemType::F32, &[d, h, n_q])?;
+            let k = s.input(ElemType::F16, &[d, h_kv, n_kv])?;
+            let v = s.input(ElemType::F16, &[d, h_kv, n_kv])?;
+            (
+                s.g.permute(q, [0, 2, 1, 3])?,
+                s.g.permute(k, [0, 2, 1, 3])?,
+                s.g.permute(v, [0, 2, 1, 3])?,
+            )
+        } else {
+            (
+                s.input(ElemType::F32, &[d, n_q, h])?,
+                s.input(ElemType::F16, &[d, n_kv, h_kv])?,
+                s.input(ElemType::F16, &[d, n_kv, h_kv])?,
+            )
+        };
+        let fill = if causal { Fill::Causal(0) } else { Fill::Mask(0.0) };
+        let mask = s.input_with(ElemType::F16, &[n_kv, n_q], fill)?;
+        s.g.flash_attn_ext(q, k, v, Some(mask), None, 1.0 / (d as f32).sqrt(), 0.0, 0.0)
+    })
+    .with_flops(4.0 * (d * n_kv * n_q * h) as f64)
+}
+
 /// Bytes of one row of `ne0` elements.
 fn row(ty: ElemType, ne0: i64) -> usize {
     ty.row_size(ne0).unwrap_or(0)
@@ -219,6 +254,10 @@ pub fn cases(batched: bool) -> Vec<Case> {
     v.push(flash_attn_heads(ElemType::F16, 256, 20000, 512, 32, 2));
     // A 512-token prompt of Llama-3-8B heads at a 4K depth.
     v.push(flash_attn_heads(ElemType::F16, 128, 4608, 512, 32, 8));
+    // A 512-token prompt in a 768-cell cache, as llama.cpp's graphs hold it, and two neighbours.
+    v.push(flash_attn_prompt(128, 768, 512, (32, 8), true, true));
+    v.push(flash_attn_prompt(128, 768, 512, (32, 8), false, true));
+    v.push(flash_attn_prompt(128, 768, 512, (32, 8), true, false));
     v.push(Case::new(Op::RmsNorm, "RMS_NORM(ne=4096x1)".into(), |s| {
         let a = s.input(ElemType::F32, &[4096, 1])?;
         Ok(s.g.rms_norm(a, 1e-5))

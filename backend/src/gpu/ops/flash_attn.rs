@@ -3,9 +3,10 @@
 //! may differ, as DeepSeek's 576 / 512); any GQA ratio; q sequences broadcast over K/V ones;
 //! optional f16 mask broadcast over heads and sequences, ALiBi, sinks and logit softcap; K/V as
 //! strided views of a cache. Every precision setting runs in f32, except on the tensor-core
-//! prefill kernels (NVIDIA sm_80+, f16 K/V, head sizes 64/96/128/256, at least 32 queries a
-//! head), which round q and the softmax weights to f16 for the mma as ggml's CUDA kernels do,
-//! sums and the softmax staying f32 (`TANDEM_DISABLE_DISPATCH=hip.fa.mma` turns them off).
+//! kernels (NVIDIA sm_80+, f16 K/V, head sizes 64/96/128/256: `tandem_fa_mma_d*` for prompts of
+//! at least 32 queries a head, `tandem_fa_mmd_d*` for fewer), which round q and the softmax
+//! weights to f16 for the mma as ggml's CUDA kernels do, sums and the softmax staying f32
+//! (`TANDEM_DISABLE_DISPATCH=hip.fa.mma` turns them off).
 //!
 //! One registration, `hip.fa`, picks the kernel shape per node: how many (query, head) rows a
 //! block holds, how many kv rows a tile holds (from the shared memory the device grants), and how
@@ -460,6 +461,114 @@ fn mma_stages(ss: usize, kt: usize, budget: usize) -> Option<(usize, usize)> {
         .find(|&(_, bytes)| bytes <= budget)
 }
 
+/// How a node runs on the tensor-core decode kernels (`tandem_fa_mmd_d*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MmdPlan {
+    pub entry: &'static str,
+    pub stages: usize,
+    pub shared: usize,
+}
+
+/// kv rows a tile of the decode kernels (four warps of 16).
+const MMD_KT: usize = 64;
+
+/// The tensor-core decode kernel for `node` (fewer than [`MMA_MIN_QUERIES`] queries a head;
+/// otherwise as [`mma_plan`]), or `None`.
+pub fn mmd_plan(node: &Node<'_>, arch: &str) -> Option<MmdPlan> {
+    let sm = sm_number(arch).filter(|&sm| sm >= 80)?;
+    let (q, k, v) = (node.src(0)?, node.src(1)?, node.src(2)?);
+    if k.ty != ElemType::F16 || v.ty != ElemType::F16 || q.ne[1] >= MMA_MIN_QUERIES || k.ne[0] != v.ne[0] {
+        return None;
+    }
+    let entry = match k.ne[0] {
+        64 => "tandem_fa_mmd_d64",
+        96 => "tandem_fa_mmd_d96",
+        128 => "tandem_fa_mmd_d128",
+        256 => "tandem_fa_mmd_d256",
+        _ => return None,
+    };
+    if !rows_aligned(k, 16) || !rows_aligned(v, 16) || node.src(3).is_some_and(|m| !rows_aligned(m, 16)) {
+        return None;
+    }
+    let d = k.ne[0] as usize;
+    let ss = 2 * d + 16;
+    // The four warps' outputs, maxima and sums at the end, in the tiles' space.
+    let combine = 4 * 16 * (d + 2) * 4;
+    let budget = mma_budget(sm);
+    let (stages, shared) = [2usize, 1]
+        .into_iter()
+        .map(|st| (st, (ss * (16 + 2 * st * MMD_KT)).max(combine)))
+        .find(|&(_, bytes)| bytes <= budget)?;
+    Some(MmdPlan { entry, stages, shared })
+}
+
+/// Queues the tensor-core decode kernel of `plan` for `node`: blocks of 16 (query, head) rows
+/// of a kv head, the kv range split over enough blocks to fill the device, and
+/// `tandem_fa_reduce` after them where there is more than one split.
+///
+/// # Safety
+/// As [`crate::gpu::registry::Launch`], with `plan` from [`mmd_plan`] for this node.
+unsafe fn launch_mmd(ctx: &LaunchCtx<'_>, node: &Node<'_>, plan: MmdPlan) -> Result<(), KernelError> {
+    let fail = |m: &str| launch_error("launch_flash_attn", m.to_string());
+    let (mut s, _) = fa_shape(node, 48 * 1024, 1).ok_or_else(|| fail("node not accepted"))?;
+    s.pipe = i32::from(plan.stages == 2);
+    let q = node.src(0).ok_or_else(|| fail("q is required"))?;
+    let n_seq = q.ne[3] as usize;
+    let group_rows = (s.group * s.n_q) as usize;
+    let row_blocks = group_rows.div_ceil(16);
+    let ys = row_blocks * s.n_head_kv as usize;
+    if ys > MAX_GRID_YZ {
+        return Err(fail("too many row blocks"));
+    }
+    let base = ys * n_seq;
+    let per_sm = (mma_budget(sm_number(&ctx.info.arch).unwrap_or(80)) / plan.shared.max(1)).clamp(1, 8);
+    let target = ctx.info.compute_units.max(1) as usize * per_sm;
+    let (n_splits, split_len) = splits(base, s.n_kv as usize, MMD_KT, target);
+    s.n_splits = n_splits as i32;
+    s.split_len = split_len as i32;
+    let rows_total = group_rows * s.n_head_kv as usize * n_seq;
+    let partial = if n_splits > 1 {
+        ctx.scratch.get(rows_total * n_splits * (s.dv as usize + 4) * 4)?
+    } else {
+        DevicePtr(0)
+    };
+    let opt = |t: Option<&Tensor>| t.map(dptr).unwrap_or(DevicePtr(0));
+    let f = ctx.kernels.function(FAMILY, plan.entry)?;
+    let mut args = KernelArgs::new();
+    args.push(dptr(q))
+        .push(opt(node.src(1)))
+        .push(opt(node.src(2)))
+        .push(opt(node.src(3)))
+        .push(opt(node.src(4)))
+        .push(dptr(node.dst))
+        .push(partial)
+        .push(s);
+    let cfg = LaunchConfig {
+        grid: [n_splits as u32, ys as u32, n_seq as u32],
+        block: [THREADS as u32, 1, 1],
+        shared_bytes: plan.shared as u32,
+    };
+    // SAFETY: the parameters are those of the other entries; `mmd_plan` checked the K/V types,
+    // head sizes and the alignment of every row the kernel copies or scans, `fa_shape` the
+    // strides and extents; `partial` holds every split's sums of every row when there is more
+    // than one split.
+    unsafe { ctx.stream.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu)?;
+    if n_splits > 1 {
+        let r = ctx.kernels.function(FAMILY, "tandem_fa_reduce")?;
+        let mut args = KernelArgs::new();
+        args.push(partial).push(opt(node.src(4))).push(dptr(node.dst)).push(s);
+        let cfg = LaunchConfig {
+            grid: [rows_total as u32, (s.dv as u32).div_ceil(32), 1],
+            block: [THREADS as u32, 1, 1],
+            shared_bytes: 0,
+        };
+        // SAFETY: as in `launch`: the decode kernel wrote every row's splits into `partial`
+        // ahead on the same stream, the maxima in natural units.
+        unsafe { ctx.stream.launch(&r, cfg, &mut args) }.map_err(KernelError::Gpu)?;
+    }
+    Ok(())
+}
+
 /// Queues the tensor-core kernel of `plan` for `node`: one block per 64 queries of a head.
 ///
 /// # Safety
@@ -502,6 +611,10 @@ unsafe fn launch(ctx: &LaunchCtx<'_>, node: &Node<'_>, _next: Option<&Node<'_>>)
         if let Some(plan) = mma_plan(node, &ctx.info.arch) {
             // SAFETY: as this function's own contract, with the plan made for this node.
             return unsafe { launch_mma(ctx, node, plan) };
+        }
+        if let Some(plan) = mmd_plan(node, &ctx.info.arch) {
+            // SAFETY: likewise.
+            return unsafe { launch_mmd(ctx, node, plan) };
         }
     }
     let fail = |m: &str| launch_error("launch_flash_attn", m.to_string());
@@ -744,6 +857,50 @@ mod tests {
             "tandem_fa_mma_d96",
             "tandem_fa_mma_d128",
             "tandem_fa_mma_d256",
+        ] {
+            assert!(fam.entries.contains(&e));
+        }
+    }
+
+    #[test]
+    fn tensor_core_decode_takes_f16_short_batches() {
+        let mut b = GraphBuilder::new();
+        let mut node = |dk: i64, n_q: i64, ty: ElemType| {
+            let q = b.new_tensor(ElemType::F32, &[dk, n_q, 32, 1]);
+            let k = b.new_tensor(ty, &[dk, 4096, 8, 1]);
+            let v = b.new_tensor(ty, &[dk, 4096, 8, 1]);
+            let m = b.new_tensor(ElemType::F16, &[4096, n_q, 1, 1]);
+            b.flash_attn_ext(q, k, v, Some(m), None, 0.1, 0.0, 0.0).unwrap()
+        };
+        let one = node(128, 1, ElemType::F16);
+        let batch = node(256, MMA_MIN_QUERIES - 1, ElemType::F16);
+        let prompt = node(128, MMA_MIN_QUERIES, ElemType::F16);
+        let q8 = node(128, 1, ElemType::Q8_0);
+        let d80 = node(80, 1, ElemType::F16);
+        let g = b.build();
+        let plan = |n, arch| mmd_plan(&Node::of(&g, n), arch);
+        assert_eq!(
+            plan(one, "sm_90"),
+            Some(MmdPlan {
+                entry: "tandem_fa_mmd_d128",
+                stages: 2,
+                shared: 272 * (16 + 4 * 64)
+            })
+        );
+        let p = plan(batch, "sm_89").unwrap();
+        assert_eq!(p.entry, "tandem_fa_mmd_d256");
+        assert!(p.shared <= 99 * 1024 && p.shared >= 4 * 16 * 258 * 4);
+        // A prompt is the prefill kernel's; other types, head sizes and devices the f32 kernels'.
+        assert!(plan(prompt, "sm_90").is_none() && mma_plan(&Node::of(&g, prompt), "sm_90").is_some());
+        for (n, arch) in [(q8, "sm_90"), (d80, "sm_90"), (one, "sm_75"), (one, "gfx942")] {
+            assert_eq!(plan(n, arch), None, "{arch}");
+        }
+        let fam = tandem_kernels_hip::find(FAMILY).unwrap();
+        for e in [
+            "tandem_fa_mmd_d64",
+            "tandem_fa_mmd_d96",
+            "tandem_fa_mmd_d128",
+            "tandem_fa_mmd_d256",
         ] {
             assert!(fam.entries.contains(&e));
         }
