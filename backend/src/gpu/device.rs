@@ -64,6 +64,9 @@ struct ExecState {
     split: SplitScheduler,
     /// Device copy of the weight of the staged matmul running (`GpuStep::Staged`).
     weight_stage: Option<DeviceBuffer>,
+    /// Device copies of the graph's inputs in pinned memory (`GpuPlan::inputs`). Grows only;
+    /// device graphs captured with the old one are dropped when it does.
+    input_stage: Option<DeviceBuffer>,
     /// Events of the split nodes of the graph running (by split index in the run): after the
     /// activations' download, before and after the GPU's rows.
     split_events: Vec<[Event; 3]>,
@@ -217,6 +220,7 @@ impl GpuDevice {
                 retired_graphs: Vec::new(),
                 split_regs: HashMap::new(),
                 weight_stage: None,
+                input_stage: None,
             }),
             ctx,
         })
@@ -523,6 +527,16 @@ impl GpuDevice {
         // From the first step, as `events_around` counts it: the runway's copies are not part of
         // what the host takes to queue the graph.
         let t2 = Instant::now();
+        // Graph inputs in pinned memory that kernels read go down first; the kernels see them as
+        // pinned tensors whose device view is the copy.
+        let staged_kinds;
+        let kinds: &[MemKind] = if plan.inputs.is_empty() {
+            &kinds
+        } else {
+            // SAFETY: forwarded contract: the inputs' host bytes are valid until the graph ends.
+            staged_kinds = unsafe { self.stage_inputs(&mut st, g, &kinds, &plan) }?;
+            &staged_kinds
+        };
         // Kernels, and split nodes between them, run through device graphs; a plan with
         // fallback groups or staged weights runs launch by launch.
         let capturable = plan
@@ -539,9 +553,9 @@ impl GpuDevice {
             } else {
                 at
             };
-            self.run_as_device_graph(&mut st, g, &kinds, &plan, graph_key, &mut stats)
+            self.run_as_device_graph(&mut st, g, kinds, &plan, graph_key, &mut stats)
         } else {
-            self.run_with(&mut st, g, &kinds, &plan, &mut stats, Graphs::Off)
+            self.run_with(&mut st, g, kinds, &plan, &mut stats, Graphs::Off)
         };
         stats.queue_us = t2.elapsed().as_micros() as u64;
         let recorded = events.as_ref().map(|(_, end)| end.record(&st.stream));
@@ -1195,6 +1209,55 @@ impl GpuDevice {
         let lc = self.launch_ctx(st, false, false, false);
         // SAFETY: forwarded contract; the copy is queued ahead of the kernel.
         unsafe { exec::launch_on_weight(&lc, g, kinds, &self.registry, index, reg, stage.0 as usize) }
+    }
+
+    /// Queues the copies of `plan.inputs` into the device's input stage (grown first if needed,
+    /// after the stream has drained, dropping the device graphs that read the old one) and
+    /// returns `kinds` with each input's device view moved to its copy.
+    ///
+    /// # Safety
+    /// As [`Self::compute`]: the inputs' bytes stay valid until the stream has run the copies.
+    unsafe fn stage_inputs(
+        &self,
+        st: &mut ExecState,
+        g: &Graph,
+        kinds: &[MemKind],
+        plan: &GpuPlan,
+    ) -> Result<Vec<MemKind>, ExecError> {
+        let fail = |reason: String| ExecError::Other {
+            index: 0,
+            node: String::new(),
+            reason: format!("copying the graph's inputs to the device: {reason}"),
+        };
+        if st.input_stage.as_ref().is_none_or(|b| b.len() < plan.input_bytes) {
+            st.stream.synchronize().map_err(|e| fail(e.to_string()))?;
+            st.graphs.clear();
+            st.input_stage = None;
+            let size = plan.input_bytes.next_power_of_two().max(1 << 20);
+            st.input_stage = Some(self.ctx.alloc(size).map_err(|e| fail(e.to_string()))?);
+        }
+        let base = st
+            .input_stage
+            .as_ref()
+            .map(|b| b.ptr().0)
+            .ok_or_else(|| fail("no buffer".into()))?;
+        let mut moved = kinds.to_vec();
+        for input in &plan.inputs {
+            let t = g.tensor(input.id);
+            let at = base + input.offset as u64;
+            // SAFETY: the input is `bytes` of pinned host memory (its span, `staged_inputs`), the
+            // stage holds `input_bytes`; kernels of the last run reading the stage are ahead on
+            // the stream.
+            unsafe {
+                st.stream
+                    .copy_htod_async(DevicePtr(at), t.data as *const u8, input.bytes)
+            }
+            .map_err(|e| fail(format!("{}: {e}", t.name)))?;
+            moved[input.id.index()] = MemKind::Pinned {
+                delta: at as i64 - t.data as i64,
+            };
+        }
+        Ok(moved)
     }
 
     /// Feeds the finished graph's split calls to the scheduler (their GPU times are final now)

@@ -54,6 +54,87 @@ pub struct GpuPlan {
     /// By node index: for a MUL_MAT or MUL_MAT_ID, the index of the last node ahead of it that
     /// writes the storage of its activations (src 1), as `ids_writer` for the ids.
     pub act_writer: Vec<Option<usize>>,
+    /// Graph inputs in pinned host memory that kernels read ([`staged_inputs`]): copied into
+    /// device memory at the start of every run, the kernels reading the copies.
+    pub inputs: Vec<StagedInput>,
+    /// Device bytes the copies of `inputs` take.
+    pub input_bytes: usize,
+}
+
+/// A graph input copied into device memory before the graph runs: its bytes (the span of its
+/// elements from its address) at `offset` of the device's input stage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StagedInput {
+    pub id: TensorId,
+    pub bytes: usize,
+    pub offset: usize,
+}
+
+/// Most bytes of graph inputs staged per run; larger inputs are read where they lie.
+pub const MAX_STAGED_INPUT_BYTES: usize = 64 << 20;
+
+/// The graph inputs in pinned host memory that kernel steps read and no node of the graph
+/// writes (an attention mask, positions, row ids that ggml computed on the CPU into the
+/// device's pinned host buffer), laid out 256-byte aligned in an input stage. A kernel reading
+/// such a tensor where it lies fetches every access across the bus (an attention kernel reading
+/// its mask a tile at a time ran 40x slower than on a device copy); one copy at the copy rate
+/// costs a few microseconds. Weights (a matmul's first source) are left to the split and staged
+/// steps, and so are inputs past [`MAX_STAGED_INPUT_BYTES`] in all; a graph with a node writing
+/// pinned memory stages nothing.
+pub fn staged_inputs(g: &Graph, kinds: &[MemKind], steps: &[GpuStep]) -> (Vec<StagedInput>, usize) {
+    let computed: std::collections::HashSet<TensorId> = g.nodes.iter().copied().collect();
+    // A graph that writes pinned memory (a cache kept there) might write an input's bytes
+    // before a kernel reads them: nothing is staged then. Plans are shared by graphs at other
+    // addresses, so this does not compare addresses.
+    if g.nodes
+        .iter()
+        .any(|&n| !g.tensor(n).op.is_view() && matches!(kinds[n.index()], MemKind::Pinned { .. }))
+    {
+        return (Vec::new(), 0);
+    }
+    let mut out: Vec<StagedInput> = Vec::new();
+    let mut total = 0usize;
+    for step in steps {
+        let (index, fused) = match *step {
+            GpuStep::Kernel { index, fused, .. } => (index, fused),
+            GpuStep::Staged { index, .. } => (index, false),
+            _ => continue,
+        };
+        for i in index..=index + usize::from(fused) {
+            let t = g.tensor(g.nodes[i]);
+            for (k, s) in t.src.iter().enumerate() {
+                let Some(s) = *s else { continue };
+                if k == 0 && matches!(t.op, Op::MulMat | Op::MulMatId) {
+                    continue;
+                }
+                if !matches!(kinds[s.index()], MemKind::Pinned { .. }) || out.iter().any(|x| x.id == s) {
+                    continue;
+                }
+                // Neither computed here nor a view of something computed here.
+                let mut root = s;
+                while g.tensor(root).op.is_view() {
+                    match g.tensor(root).src[0] {
+                        Some(up) => root = up,
+                        None => break,
+                    }
+                }
+                if computed.contains(&root) {
+                    continue;
+                }
+                let bytes = g.tensor(s).nbytes();
+                if bytes == 0 {
+                    continue;
+                }
+                let offset = total.next_multiple_of(256);
+                if offset + bytes > MAX_STAGED_INPUT_BYTES {
+                    continue;
+                }
+                total = offset + bytes;
+                out.push(StagedInput { id: s, bytes, offset });
+            }
+        }
+    }
+    (out, total)
 }
 
 /// Memory kind of every tensor of `g` (by tensor index).
@@ -344,6 +425,7 @@ pub fn plan(g: &Graph, kinds: &[MemKind], registry: &Registry, log: bool, split:
         i += 1;
     }
     close(&mut p, &mut cpu_start, g.nodes.len());
+    (p.inputs, p.input_bytes) = staged_inputs(g, kinds, &p.steps);
     p.settled = settled_sources(g);
     p.ids_writer = ids_writers(g);
     p.act_writer = act_writers(g);
@@ -837,6 +919,48 @@ mod tests {
         assert_eq!(p.steps[0], GpuStep::Cpu { range: 0..2 });
         assert_eq!(p.split_refusal, Some("no GPU kernel takes the whole node"));
         let _ = z;
+    }
+
+    /// Graph inputs in pinned memory that kernels read are staged, 256-byte aligned: directly,
+    /// through a view, as a matmul's activations; a matmul's weight, a tensor the graph computes
+    /// and inputs of a graph that writes pinned memory are not.
+    #[test]
+    fn pinned_inputs_of_kernels_are_staged() {
+        let mut b = GraphBuilder::new();
+        let a = b.new_tensor(ElemType::F32, &[64, 4]);
+        let mask = b.new_tensor(ElemType::F32, &[64, 4]);
+        let flat = b.new_tensor(ElemType::F32, &[256]);
+        let w = b.new_tensor(ElemType::F32, &[64, 32]);
+        let x = b.new_tensor(ElemType::F32, &[64, 9]);
+        b.add(a, mask).unwrap();
+        let v = b.reshape(flat, &[64, 4]).unwrap();
+        b.add(a, v).unwrap();
+        b.mul_mat(w, x).unwrap();
+        let g = b.build();
+        let mut kinds = vec![MemKind::Device; g.tensors.len()];
+        for t in [mask, flat, v, w, x] {
+            kinds[t.index()] = MemKind::Pinned { delta: 0 };
+        }
+        let p = plan(&g, &kinds, &registry(""), false, true).unwrap();
+        let ids: Vec<(TensorId, usize, usize)> = p.inputs.iter().map(|i| (i.id, i.bytes, i.offset)).collect();
+        assert_eq!(ids, vec![(mask, 1024, 0), (v, 1024, 1024), (x, 64 * 9 * 4, 2048)]);
+        assert_eq!(p.input_bytes, 2048 + 64 * 9 * 4);
+        // The weight, 9 columns from pinned memory, is copied by its staged step instead.
+        assert!(p.steps.contains(&GpuStep::Staged { index: 3, reg: 2 }));
+
+        // A tensor the graph computes into pinned memory: its readers see it where it lies,
+        // and nothing else is staged either.
+        let mut b = GraphBuilder::new();
+        let a = b.new_tensor(ElemType::F32, &[64, 4]);
+        let mask = b.new_tensor(ElemType::F32, &[64, 4]);
+        let c = b.add(a, a).unwrap();
+        b.add(c, mask).unwrap();
+        let g = b.build();
+        let mut kinds = vec![MemKind::Device; g.tensors.len()];
+        kinds[c.index()] = MemKind::Pinned { delta: 0 };
+        kinds[mask.index()] = MemKind::Pinned { delta: 0 };
+        let p = plan(&g, &kinds, &registry(""), false, true).unwrap();
+        assert_eq!((p.inputs.len(), p.input_bytes), (0, 0));
     }
 
     /// Split nodes on the same activations group (q/k/v, gate/up); a split on other
