@@ -306,25 +306,7 @@ pub fn cases(v: &mut Vec<Case>) {
             }));
         }
     }
-    let base = FaCase::base(ElemType::F16, 128, 136, 48, 8, 2, true);
-    v.push(flash_attn(FaCase { sinks: true, ..base }));
-    v.push(flash_attn(FaCase { softcap: 30.0, ..base }));
-    v.push(flash_attn(FaCase {
-        max_bias: 8.0,
-        mask_heads: 8,
-        ..base
-    }));
-    v.push(flash_attn(FaCase {
-        cache_view: true,
-        causal: true,
-        prec: 10,
-        ..base
-    }));
-    v.push(flash_attn(FaCase {
-        n_seq: 4,
-        n_seq_kv: 2,
-        ..base
-    }));
+    tensor_core_options(v, FaCase::base(ElemType::F16, 128, 136, 48, 8, 2, true), 0, false);
     v.push(flash_attn(FaCase {
         causal: true,
         ..FaCase::base(ElemType::F16, 128, 600, 300, 4, 2, true)
@@ -346,7 +328,13 @@ pub fn cases(v: &mut Vec<Case>) {
             ..FaCase::base(ElemType::F16, d, 512, 1, 8, 2, true)
         }));
     }
-    let base = FaCase::base(ElemType::F16, 128, 1536, 2, 8, 2, true);
+    tensor_core_options(v, FaCase::base(ElemType::F16, 128, 1536, 2, 8, 2, true), 100, true);
+}
+
+/// The options on a tensor-core kernel's shape `base`: sinks, logit softcap, ALiBi with a mask
+/// plane per head, a causal mask over cache views with `tail` cells past the sequence and f32
+/// precision, and q sequences broadcast over K/V ones (with sinks where `seq_sinks`).
+fn tensor_core_options(v: &mut Vec<Case>, base: FaCase, tail: i64, seq_sinks: bool) {
     v.push(flash_attn(FaCase { sinks: true, ..base }));
     v.push(flash_attn(FaCase { softcap: 30.0, ..base }));
     v.push(flash_attn(FaCase {
@@ -357,14 +345,14 @@ pub fn cases(v: &mut Vec<Case>) {
     v.push(flash_attn(FaCase {
         cache_view: true,
         causal: true,
-        hidden_tail: 100,
+        hidden_tail: tail,
         prec: 10,
         ..base
     }));
     v.push(flash_attn(FaCase {
         n_seq: 4,
         n_seq_kv: 2,
-        sinks: true,
+        sinks: seq_sinks,
         ..base
     }));
 }

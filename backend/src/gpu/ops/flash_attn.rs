@@ -461,6 +461,65 @@ fn mma_stages(ss: usize, kt: usize, budget: usize) -> Option<(usize, usize)> {
         .find(|&(_, bytes)| bytes <= budget)
 }
 
+/// Queues entry `name` of the family on `grid` blocks with the parameters every FLASH_ATTN_EXT
+/// entry takes: `(const char* q, k, v, mask, sinks, char* dst, float* partial,
+/// tandem_fa_shape)`, absent mask and sinks as null.
+///
+/// # Safety
+/// As [`crate::gpu::registry::Launch`]; `s` was made and checked for this node by the caller
+/// (strides, extents, copy widths, the entry's alignment needs), and `partial` holds every
+/// split's sums of every row where the entry writes them (more than one split).
+unsafe fn queue_entry(
+    ctx: &LaunchCtx<'_>,
+    node: &Node<'_>,
+    name: &str,
+    grid: [u32; 3],
+    shared: usize,
+    partial: DevicePtr,
+    s: FaShape,
+) -> Result<(), KernelError> {
+    let opt = |t: Option<&Tensor>| t.map(dptr).unwrap_or(DevicePtr(0));
+    let f = ctx.kernels.function(FAMILY, name)?;
+    let mut args = KernelArgs::new();
+    for i in 0..5 {
+        args.push(opt(node.src(i)));
+    }
+    args.push(dptr(node.dst)).push(partial).push(s);
+    let cfg = LaunchConfig {
+        grid,
+        block: [THREADS as u32, 1, 1],
+        shared_bytes: shared as u32,
+    };
+    // SAFETY: the parameters match the entry's, as the caller's contract says.
+    unsafe { ctx.stream.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu)
+}
+
+/// Queues `tandem_fa_reduce` over `rows` rows: blocks of 32 output columns per row.
+///
+/// # Safety
+/// As [`queue_entry`]; a kernel queued ahead on the stream wrote every row's splits into
+/// `partial` (maxima in natural units).
+unsafe fn queue_reduce(
+    ctx: &LaunchCtx<'_>,
+    node: &Node<'_>,
+    partial: DevicePtr,
+    s: FaShape,
+    rows: usize,
+) -> Result<(), KernelError> {
+    let opt = |t: Option<&Tensor>| t.map(dptr).unwrap_or(DevicePtr(0));
+    let r = ctx.kernels.function(FAMILY, "tandem_fa_reduce")?;
+    let mut args = KernelArgs::new();
+    args.push(partial).push(opt(node.src(4))).push(dptr(node.dst)).push(s);
+    let cfg = LaunchConfig {
+        grid: [rows as u32, (s.dv as u32).div_ceil(32), 1],
+        block: [THREADS as u32, 1, 1],
+        shared_bytes: 0,
+    };
+    // SAFETY: (const float* partial, const char* sinks, char* dst, tandem_fa_shape), as the
+    // caller's contract says.
+    unsafe { ctx.stream.launch(&r, cfg, &mut args) }.map_err(KernelError::Gpu)
+}
+
 /// How a node runs on the tensor-core decode kernels (`tandem_fa_mmd_d*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MmdPlan {
@@ -532,39 +591,14 @@ unsafe fn launch_mmd(ctx: &LaunchCtx<'_>, node: &Node<'_>, plan: MmdPlan) -> Res
     } else {
         DevicePtr(0)
     };
-    let opt = |t: Option<&Tensor>| t.map(dptr).unwrap_or(DevicePtr(0));
-    let f = ctx.kernels.function(FAMILY, plan.entry)?;
-    let mut args = KernelArgs::new();
-    args.push(dptr(q))
-        .push(opt(node.src(1)))
-        .push(opt(node.src(2)))
-        .push(opt(node.src(3)))
-        .push(opt(node.src(4)))
-        .push(dptr(node.dst))
-        .push(partial)
-        .push(s);
-    let cfg = LaunchConfig {
-        grid: [n_splits as u32, ys as u32, n_seq as u32],
-        block: [THREADS as u32, 1, 1],
-        shared_bytes: plan.shared as u32,
-    };
-    // SAFETY: the parameters are those of the other entries; `mmd_plan` checked the K/V types,
-    // head sizes and the alignment of every row the kernel copies or scans, `fa_shape` the
-    // strides and extents; `partial` holds every split's sums of every row when there is more
-    // than one split.
-    unsafe { ctx.stream.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu)?;
+    let grid = [n_splits as u32, ys as u32, n_seq as u32];
+    // SAFETY: `mmd_plan` checked the K/V types, head sizes and the alignment of every row the
+    // kernel copies or scans, `fa_shape` the strides and extents; `partial` holds every split's
+    // sums of every row when there is more than one split, which the reduce then combines.
+    unsafe { queue_entry(ctx, node, plan.entry, grid, plan.shared, partial, s) }?;
     if n_splits > 1 {
-        let r = ctx.kernels.function(FAMILY, "tandem_fa_reduce")?;
-        let mut args = KernelArgs::new();
-        args.push(partial).push(opt(node.src(4))).push(dptr(node.dst)).push(s);
-        let cfg = LaunchConfig {
-            grid: [rows_total as u32, (s.dv as u32).div_ceil(32), 1],
-            block: [THREADS as u32, 1, 1],
-            shared_bytes: 0,
-        };
-        // SAFETY: as in `launch`: the decode kernel wrote every row's splits into `partial`
-        // ahead on the same stream, the maxima in natural units.
-        unsafe { ctx.stream.launch(&r, cfg, &mut args) }.map_err(KernelError::Gpu)?;
+        // SAFETY: as above.
+        unsafe { queue_reduce(ctx, node, partial, s, rows_total) }?;
     }
     Ok(())
 }
@@ -578,30 +612,15 @@ unsafe fn launch_mma(ctx: &LaunchCtx<'_>, node: &Node<'_>, plan: MmaPlan) -> Res
     let (mut s, _) = fa_shape(node, 48 * 1024, 1).ok_or_else(|| fail("node not accepted"))?;
     s.pipe = i32::from(plan.stages == 2);
     let q = node.src(0).ok_or_else(|| fail("q is required"))?;
-    let opt = |t: Option<&Tensor>| t.map(dptr).unwrap_or(DevicePtr(0));
-    let f = ctx.kernels.function(FAMILY, plan.entry)?;
-    let mut args = KernelArgs::new();
-    args.push(dptr(q))
-        .push(opt(node.src(1)))
-        .push(opt(node.src(2)))
-        .push(opt(node.src(3)))
-        .push(opt(node.src(4)))
-        .push(dptr(node.dst))
-        .push(DevicePtr(0))
-        .push(s);
-    let cfg = LaunchConfig {
-        grid: [
-            (q.ne[1] as usize).div_ceil(MMA_ROWS) as u32,
-            q.ne[2] as u32,
-            q.ne[3] as u32,
-        ],
-        block: [THREADS as u32, 1, 1],
-        shared_bytes: plan.shared as u32,
-    };
-    // SAFETY: the parameters are those of the other entries (`partial` unused); `mma_plan`
-    // checked the K/V types, head sizes and the 16-byte alignment of every K/V/mask row the
-    // kernel copies or scans, `fa_shape` the strides and extents.
-    unsafe { ctx.stream.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu)
+    let grid = [
+        (q.ne[1] as usize).div_ceil(MMA_ROWS) as u32,
+        q.ne[2] as u32,
+        q.ne[3] as u32,
+    ];
+    // SAFETY: `mma_plan` checked the K/V types, head sizes and the 16-byte alignment of every
+    // K/V/mask row the kernel copies or scans, `fa_shape` the strides and extents; the kernel
+    // does not use `partial`.
+    unsafe { queue_entry(ctx, node, plan.entry, grid, plan.shared, DevicePtr(0), s) }
 }
 
 /// # Safety
@@ -657,40 +676,13 @@ unsafe fn launch(ctx: &LaunchCtx<'_>, node: &Node<'_>, _next: Option<&Node<'_>>)
     } else {
         DevicePtr(0)
     };
-    let opt = |t: Option<&Tensor>| t.map(dptr).unwrap_or(DevicePtr(0));
-    let f = ctx.kernels.function(FAMILY, entry(k.ty, v.ty, t.variant))?;
-    let mut args = KernelArgs::new();
-    args.push(dptr(q))
-        .push(dptr(k))
-        .push(dptr(v))
-        .push(opt(node.src(3)))
-        .push(opt(node.src(4)))
-        .push(dptr(node.dst))
-        .push(partial)
-        .push(s);
-    let cfg = LaunchConfig {
-        grid: [n_splits as u32, (s.row_blocks * s.n_head_kv) as u32, n_seq as u32],
-        block: [THREADS as u32, 1, 1],
-        shared_bytes: t.shared as u32,
-    };
-    // SAFETY: the parameters are (const char* q, k, v, mask, sinks, char* dst, float* partial,
-    // tandem_fa_shape); absent mask/sinks are null and flagged off; the shape's strides, extents
-    // and copy widths were checked against the tensors above; `partial` holds every split's sums
-    // of every row when there is more than one split.
-    unsafe { ctx.stream.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu)?;
+    let grid = [n_splits as u32, (s.row_blocks * s.n_head_kv) as u32, n_seq as u32];
+    // SAFETY: the shape's strides, extents and copy widths were checked against the tensors
+    // above; `partial` holds every split's sums of every row when there is more than one split.
+    unsafe { queue_entry(ctx, node, entry(k.ty, v.ty, t.variant), grid, t.shared, partial, s) }?;
     if n_splits > 1 {
-        let r = ctx.kernels.function(FAMILY, "tandem_fa_reduce")?;
-        let mut args = KernelArgs::new();
-        args.push(partial).push(opt(node.src(4))).push(dptr(node.dst)).push(s);
-        // Blocks of 32 output columns per row.
-        let cfg = LaunchConfig {
-            grid: [rows_total as u32, (s.dv as u32).div_ceil(32), 1],
-            block: [THREADS as u32, 1, 1],
-            shared_bytes: 0,
-        };
-        // SAFETY: (const float* partial, const char* sinks, char* dst, tandem_fa_shape): the
-        // first kernel wrote every row's splits into `partial` ahead on the same stream.
-        unsafe { ctx.stream.launch(&r, cfg, &mut args) }.map_err(KernelError::Gpu)?;
+        // SAFETY: the first kernel wrote every row's splits into `partial` ahead on the stream.
+        unsafe { queue_reduce(ctx, node, partial, s, rows_total) }?;
     }
     Ok(())
 }
