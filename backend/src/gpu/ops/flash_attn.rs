@@ -419,30 +419,40 @@ fn rows_aligned(t: &Tensor, align: u64) -> bool {
     (t.data as u64).is_multiple_of(align) && t.nb[1..].iter().all(|&b| (b as u64).is_multiple_of(align))
 }
 
+/// What both tensor-core kernel families need of `node`: an NVIDIA sm_80+ device, f16 K and V
+/// of one head size, K/V (and mask) rows at 16-byte aligned addresses, and at least
+/// [`MMA_MIN_QUERIES`] queries a head for a `prompt`, fewer otherwise. Returns the SM version
+/// and the head size.
+fn tensor_core_node(node: &Node<'_>, arch: &str, prompt: bool) -> Option<(u32, usize)> {
+    let sm = sm_number(arch).filter(|&sm| sm >= 80)?;
+    let (q, k, v) = (node.src(0)?, node.src(1)?, node.src(2)?);
+    if k.ty != ElemType::F16 || v.ty != ElemType::F16 || (q.ne[1] >= MMA_MIN_QUERIES) != prompt || k.ne[0] != v.ne[0] {
+        return None;
+    }
+    if !rows_aligned(k, 16) || !rows_aligned(v, 16) || node.src(3).is_some_and(|m| !rows_aligned(m, 16)) {
+        return None;
+    }
+    Some((sm, usize::try_from(k.ne[0]).ok()?))
+}
+
 /// The tensor-core kernel for `node` on a device of compile target `arch`, or `None` where the
 /// kernels above run it: K and V f16 with one head size of 64, 96, 128 or 256, at least
 /// [`MMA_MIN_QUERIES`] queries, K/V rows (and mask rows) at 16-byte aligned addresses, an
 /// NVIDIA sm_80+ device.
 pub fn mma_plan(node: &Node<'_>, arch: &str) -> Option<MmaPlan> {
-    let sm = sm_number(arch).filter(|&sm| sm >= 80)?;
-    let (q, k, v) = (node.src(0)?, node.src(1)?, node.src(2)?);
-    if k.ty != ElemType::F16 || v.ty != ElemType::F16 || q.ne[1] < MMA_MIN_QUERIES || k.ne[0] != v.ne[0] {
-        return None;
-    }
-    let (entry, kt) = match k.ne[0] {
+    let (sm, d) = tensor_core_node(node, arch, true)?;
+    let (entry, kt) = match d {
         64 => ("tandem_fa_mma_d64", 64),
         96 => ("tandem_fa_mma_d96", 64),
         128 => ("tandem_fa_mma_d128", 64),
         256 => ("tandem_fa_mma_d256", 32),
         _ => return None,
     };
-    if !rows_aligned(k, 16) || !rows_aligned(v, 16) || node.src(3).is_some_and(|m| !rows_aligned(m, 16)) {
-        return None;
-    }
+    let q = node.src(0)?;
     if q.ne[2] as usize > MAX_GRID_YZ || q.ne[3] as usize > MAX_GRID_YZ {
         return None;
     }
-    let ss = 2 * k.ne[0] as usize + 16;
+    let ss = 2 * d + 16;
     let (stages, shared) = mma_stages(ss, kt, mma_budget(sm))?;
     Some(MmaPlan {
         entry,
@@ -534,22 +544,14 @@ const MMD_KT: usize = 64;
 /// The tensor-core decode kernel for `node` (fewer than [`MMA_MIN_QUERIES`] queries a head;
 /// otherwise as [`mma_plan`]), or `None`.
 pub fn mmd_plan(node: &Node<'_>, arch: &str) -> Option<MmdPlan> {
-    let sm = sm_number(arch).filter(|&sm| sm >= 80)?;
-    let (q, k, v) = (node.src(0)?, node.src(1)?, node.src(2)?);
-    if k.ty != ElemType::F16 || v.ty != ElemType::F16 || q.ne[1] >= MMA_MIN_QUERIES || k.ne[0] != v.ne[0] {
-        return None;
-    }
-    let entry = match k.ne[0] {
+    let (sm, d) = tensor_core_node(node, arch, false)?;
+    let entry = match d {
         64 => "tandem_fa_mmd_d64",
         96 => "tandem_fa_mmd_d96",
         128 => "tandem_fa_mmd_d128",
         256 => "tandem_fa_mmd_d256",
         _ => return None,
     };
-    if !rows_aligned(k, 16) || !rows_aligned(v, 16) || node.src(3).is_some_and(|m| !rows_aligned(m, 16)) {
-        return None;
-    }
-    let d = k.ne[0] as usize;
     let ss = 2 * d + 16;
     // The four warps' outputs, maxima and sums at the end, in the tiles' space.
     let combine = 4 * 16 * (d + 2) * 4;
