@@ -167,14 +167,16 @@ struct tandem_mm_quant {
 
 // ---------------------------------------------------------------- the tiled kernel
 
+// Computes the tile of batch b over k in [k_begin, k_end) (a whole-k tile: 0 and s.k) and stores
+// it at out (rows at 4 bytes, columns at out_nb1); `out` null: in dst.
 template <typename W>
-TANDEM_DEVICE void tandem_gemm_tile(const char* w, const char* src1, char* dst, const tandem_mm_shape& s) {
+TANDEM_DEVICE void tandem_gemm_tile(const char* w, const char* src1, char* dst, const tandem_mm_shape& s,
+                                    i64 b, i64 k_begin, i64 k_end, char* out, i64 out_nb1) {
     // k-major tiles; rows padded to 68 floats keep the 16-byte reads aligned.
     __shared__ __align__(16) float wt[TANDEM_MM_BK][TANDEM_MM_BM + 4];
     __shared__ __align__(16) float at[TANDEM_MM_BK][TANDEM_MM_BN + 4];
     const int t = threadIdx.x;
     const i64 n0 = (i64)blockIdx.x * TANDEM_MM_BN, m0 = (i64)blockIdx.y * TANDEM_MM_BM;
-    const i64 b = blockIdx.z;
     if (b >= s.ne12 * s.ne13) return;
     const i64 i12 = b % s.ne12, i13 = b / s.ne12;
     const char* wbase = w + (i12 / s.r2) * s.nb02 + (i13 / s.r3) * s.nb03;
@@ -190,11 +192,11 @@ TANDEM_DEVICE void tandem_gemm_tile(const char* w, const char* src1, char* dst, 
 #pragma unroll
         for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
 
-    for (i64 k0 = 0; k0 < s.k; k0 += TANDEM_MM_BK) {
+    for (i64 k0 = k_begin; k0 < k_end; k0 += TANDEM_MM_BK) {
         const i64 e0 = k0 + 8 * lp;
         float v[8];
-        if (wrow < s.m && e0 < s.k) {
-            W::load8((const u8*)(wbase + wrow * s.nb01), s.k, e0, v);
+        if (wrow < s.m && e0 < k_end) {
+            W::load8((const u8*)(wbase + wrow * s.nb01), k_end, e0, v);
         } else {
 #pragma unroll
             for (int i = 0; i < 8; ++i) v[i] = 0.0f;
@@ -204,7 +206,7 @@ TANDEM_DEVICE void tandem_gemm_tile(const char* w, const char* src1, char* dst, 
         const char* acolp = abase + acol * s.nb11;
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-            const bool in = acol < s.n && e0 + i < s.k;
+            const bool in = acol < s.n && e0 + i < k_end;
             at[8 * lp + i][lr] = in ? *(const float*)(acolp + (e0 + i) * s.nb10) : 0.0f;
         }
         __syncthreads();
@@ -221,7 +223,10 @@ TANDEM_DEVICE void tandem_gemm_tile(const char* w, const char* src1, char* dst, 
         }
         __syncthreads();
     }
-    char* out = dst + i12 * s.nb2 + i13 * s.nb3;
+    if (out == nullptr) {
+        out = dst + i12 * s.nb2 + i13 * s.nb3;
+        out_nb1 = s.nb1;
+    }
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
         const i64 col = n0 + 4 * tc + j;
@@ -229,7 +234,7 @@ TANDEM_DEVICE void tandem_gemm_tile(const char* w, const char* src1, char* dst, 
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const i64 row = m0 + 4 * tr + i;
-            if (row < s.m) *(float*)(out + row * 4 + col * s.nb1) = acc[i][j];
+            if (row < s.m) *(float*)(out + row * 4 + col * out_nb1) = acc[i][j];
         }
     }
 }
@@ -237,17 +242,44 @@ TANDEM_DEVICE void tandem_gemm_tile(const char* w, const char* src1, char* dst, 
 #define TANDEM_MM_ARGS const char *w, const char *src1, char *dst, tandem_mm_shape s
 #define TANDEM_MM_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_MM_THREADS)
 
-TANDEM_MM_KERNEL tandem_gemm_f32(TANDEM_MM_ARGS) { tandem_gemm_tile<tandem_mm_f32>(w, src1, dst, s); }
-TANDEM_MM_KERNEL tandem_gemm_f16(TANDEM_MM_ARGS) { tandem_gemm_tile<tandem_mm_f16>(w, src1, dst, s); }
-TANDEM_MM_KERNEL tandem_gemm_bf16(TANDEM_MM_ARGS) { tandem_gemm_tile<tandem_mm_bf16>(w, src1, dst, s); }
-TANDEM_MM_KERNEL tandem_gemm_q4_0(TANDEM_MM_ARGS) { tandem_gemm_tile<tandem_mm_quant<tandem_mm_q4_0>>(w, src1, dst, s); }
-TANDEM_MM_KERNEL tandem_gemm_q4_1(TANDEM_MM_ARGS) { tandem_gemm_tile<tandem_mm_quant<tandem_mm_q4_1>>(w, src1, dst, s); }
-TANDEM_MM_KERNEL tandem_gemm_q5_0(TANDEM_MM_ARGS) { tandem_gemm_tile<tandem_mm_quant<tandem_mm_q5_0>>(w, src1, dst, s); }
-TANDEM_MM_KERNEL tandem_gemm_q5_1(TANDEM_MM_ARGS) { tandem_gemm_tile<tandem_mm_quant<tandem_mm_q5_1>>(w, src1, dst, s); }
-TANDEM_MM_KERNEL tandem_gemm_q8_0(TANDEM_MM_ARGS) { tandem_gemm_tile<tandem_mm_quant<tandem_mm_q8_0>>(w, src1, dst, s); }
-TANDEM_MM_KERNEL tandem_gemm_q2_K(TANDEM_MM_ARGS) { tandem_gemm_tile<tandem_mm_quant<tandem_mm_q2_K>>(w, src1, dst, s); }
-TANDEM_MM_KERNEL tandem_gemm_q3_K(TANDEM_MM_ARGS) { tandem_gemm_tile<tandem_mm_quant<tandem_mm_q3_K>>(w, src1, dst, s); }
-TANDEM_MM_KERNEL tandem_gemm_q4_K(TANDEM_MM_ARGS) { tandem_gemm_tile<tandem_mm_quant<tandem_mm_q4_K>>(w, src1, dst, s); }
-TANDEM_MM_KERNEL tandem_gemm_q5_K(TANDEM_MM_ARGS) { tandem_gemm_tile<tandem_mm_quant<tandem_mm_q5_K>>(w, src1, dst, s); }
-TANDEM_MM_KERNEL tandem_gemm_q6_K(TANDEM_MM_ARGS) { tandem_gemm_tile<tandem_mm_quant<tandem_mm_q6_K>>(w, src1, dst, s); }
-TANDEM_MM_KERNEL tandem_gemm_iq4_nl(TANDEM_MM_ARGS) { tandem_gemm_tile<tandem_mm_quant<tandem_mm_iq4_nl>>(w, src1, dst, s); }
+TANDEM_MM_KERNEL tandem_gemm_f32(TANDEM_MM_ARGS) { tandem_gemm_tile<tandem_mm_f32>(w, src1, dst, s, blockIdx.z, 0, s.k, nullptr, 0); }
+TANDEM_MM_KERNEL tandem_gemm_f16(TANDEM_MM_ARGS) { tandem_gemm_tile<tandem_mm_f16>(w, src1, dst, s, blockIdx.z, 0, s.k, nullptr, 0); }
+TANDEM_MM_KERNEL tandem_gemm_bf16(TANDEM_MM_ARGS) { tandem_gemm_tile<tandem_mm_bf16>(w, src1, dst, s, blockIdx.z, 0, s.k, nullptr, 0); }
+TANDEM_MM_KERNEL tandem_gemm_q4_0(TANDEM_MM_ARGS) { tandem_gemm_tile<tandem_mm_quant<tandem_mm_q4_0>>(w, src1, dst, s, blockIdx.z, 0, s.k, nullptr, 0); }
+TANDEM_MM_KERNEL tandem_gemm_q4_1(TANDEM_MM_ARGS) { tandem_gemm_tile<tandem_mm_quant<tandem_mm_q4_1>>(w, src1, dst, s, blockIdx.z, 0, s.k, nullptr, 0); }
+TANDEM_MM_KERNEL tandem_gemm_q5_0(TANDEM_MM_ARGS) { tandem_gemm_tile<tandem_mm_quant<tandem_mm_q5_0>>(w, src1, dst, s, blockIdx.z, 0, s.k, nullptr, 0); }
+TANDEM_MM_KERNEL tandem_gemm_q5_1(TANDEM_MM_ARGS) { tandem_gemm_tile<tandem_mm_quant<tandem_mm_q5_1>>(w, src1, dst, s, blockIdx.z, 0, s.k, nullptr, 0); }
+TANDEM_MM_KERNEL tandem_gemm_q8_0(TANDEM_MM_ARGS) { tandem_gemm_tile<tandem_mm_quant<tandem_mm_q8_0>>(w, src1, dst, s, blockIdx.z, 0, s.k, nullptr, 0); }
+TANDEM_MM_KERNEL tandem_gemm_q2_K(TANDEM_MM_ARGS) { tandem_gemm_tile<tandem_mm_quant<tandem_mm_q2_K>>(w, src1, dst, s, blockIdx.z, 0, s.k, nullptr, 0); }
+TANDEM_MM_KERNEL tandem_gemm_q3_K(TANDEM_MM_ARGS) { tandem_gemm_tile<tandem_mm_quant<tandem_mm_q3_K>>(w, src1, dst, s, blockIdx.z, 0, s.k, nullptr, 0); }
+TANDEM_MM_KERNEL tandem_gemm_q4_K(TANDEM_MM_ARGS) { tandem_gemm_tile<tandem_mm_quant<tandem_mm_q4_K>>(w, src1, dst, s, blockIdx.z, 0, s.k, nullptr, 0); }
+TANDEM_MM_KERNEL tandem_gemm_q5_K(TANDEM_MM_ARGS) { tandem_gemm_tile<tandem_mm_quant<tandem_mm_q5_K>>(w, src1, dst, s, blockIdx.z, 0, s.k, nullptr, 0); }
+TANDEM_MM_KERNEL tandem_gemm_q6_K(TANDEM_MM_ARGS) { tandem_gemm_tile<tandem_mm_quant<tandem_mm_q6_K>>(w, src1, dst, s, blockIdx.z, 0, s.k, nullptr, 0); }
+TANDEM_MM_KERNEL tandem_gemm_iq4_nl(TANDEM_MM_ARGS) { tandem_gemm_tile<tandem_mm_quant<tandem_mm_iq4_nl>>(w, src1, dst, s, blockIdx.z, 0, s.k, nullptr, 0); }
+
+// Split-k for f32 weights when the tiles alone leave most of the device idle (a MoE router: 128
+// rows): a single batch, blockIdx.z the k part, each part taking `chunk` values of k (a multiple
+// of TANDEM_MM_BK) and storing its sums in partial + part * m * n (column c at c * m); then
+// tandem_gemm_sum_parts adds the parts in order, so the result does not depend on which block
+// finishes first.
+extern "C" __global__ void __launch_bounds__(TANDEM_MM_THREADS)
+tandem_gemm_f32_parts(TANDEM_MM_ARGS, char* partial, i64 chunk) {
+    const i64 k_begin = (i64)blockIdx.z * chunk;
+    const i64 k_end = k_begin + chunk < s.k ? k_begin + chunk : s.k;
+    char* out = partial + (i64)blockIdx.z * s.m * s.n * 4;
+    tandem_gemm_tile<tandem_mm_f32>(w, src1, dst, s, 0, k_begin, k_end, out, s.m * 4);
+}
+
+// dst[row, col] = sum over parts, in order, of partial[part][col * m + row]; one thread per
+// output, x over rows.
+extern "C" __global__ void __launch_bounds__(256)
+tandem_gemm_sum_parts(const char* partial, char* dst, tandem_mm_shape s, i64 parts) {
+    const i64 row = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= s.m) return;
+    for (i64 col = blockIdx.y; col < s.n; col += gridDim.y) {
+        const float* p = (const float*)partial + col * s.m + row;
+        float acc = p[0];
+        for (i64 q = 1; q < parts; ++q) acc += p[q * s.m * s.n];
+        *(float*)(dst + row * 4 + col * s.nb1) = acc;
+    }
+}

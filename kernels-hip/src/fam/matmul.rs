@@ -90,6 +90,8 @@ pub(crate) const FAMILIES: &[KernelSource] = &[
             "tandem_gemm_q5_K",
             "tandem_gemm_q6_K",
             "tandem_gemm_iq4_nl",
+            "tandem_gemm_f32_parts",
+            "tandem_gemm_sum_parts",
         ],
         options: &[],
     },

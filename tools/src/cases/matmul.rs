@@ -155,6 +155,11 @@ fn mul_mat_computed_ahead(ty: ElemType, m: i64, k: i64, after: bool) -> Case {
 }
 
 pub fn cases(v: &mut Vec<Case>) {
+    // A MoE router's shape (f32, 128 rows): few tiles, so a GPU may split k into parts; a k that
+    // is no multiple of the parts, nor of 32.
+    for (k, n) in [(2048, 512), (2048, 37), (1100, 100)] {
+        v.push(mul_mat(ElemType::F32, 128, k, n, [1, 1], [1, 1]));
+    }
     for ty in WEIGHT_TYPES {
         let k = ks(ty);
         for &kk in k {

@@ -208,11 +208,11 @@ pub const REGISTRATIONS: &[Registration] = registrations! {
 #[cfg(test)]
 mod tests {
     use super::super::matmul_launch::{
-        convert_config, entries, gemm_config, gemv_act_bytes, gemv_config, gemv_fuses_quantize, gemv_seg_config,
-        gemv_seg_fits, gemv_shared_bytes, gemv_stages, gemv_waves, half_weights, has_mma, has_wgmma, mma_config,
-        mma_entry, mma_tile, mmid_grouped_bytes, mmid_mma_config, mmid_mma_entry, mmid_wmma_entry, mmq_shared_bytes,
-        mmv_config, mmv_entry, mmv_fits, mmv_shared_bytes, quantize_config, rows_per_wave, seg_bytes, seg_entry,
-        seg_in_units, seg_narrow, seg_narrow_entry, seg_parts, seg_slots, seg_sm_shared, seg_unit_slots,
+        convert_config, entries, gemm_config, gemm_k_parts, gemv_act_bytes, gemv_config, gemv_fuses_quantize,
+        gemv_seg_config, gemv_seg_fits, gemv_shared_bytes, gemv_stages, gemv_waves, half_weights, has_mma, has_wgmma,
+        mma_config, mma_entry, mma_tile, mmid_grouped_bytes, mmid_mma_config, mmid_mma_entry, mmid_wmma_entry,
+        mmq_shared_bytes, mmv_config, mmv_entry, mmv_fits, mmv_shared_bytes, quantize_config, rows_per_wave, seg_bytes,
+        seg_entry, seg_in_units, seg_narrow, seg_narrow_entry, seg_parts, seg_slots, seg_sm_shared, seg_unit_slots,
         seg_units_entry, split_sum_config, units_one_per_unit, wgmma_config, wgmma_entry, wgmma_fits,
         wgmma_shared_bytes, wgmma_takes, wgmmq_config, wgmmq_entry, wgmmq_fits, wgmmq_shared_bytes,
         wgmmq_tensor_offsets, wmma_entry, wmma_native_layout, MmSplit, AMD_BLOCK_LDS, GEMM_FAMILY, GEMV_FAMILY,
@@ -232,6 +232,26 @@ mod tests {
         } else {
             96
         }
+    }
+
+    /// The f32 GEMM splits k where its tiles leave most units idle (a router's 128 rows), in
+    /// parts of whole 32-value steps that cover k; never across batches or on large grids.
+    #[test]
+    fn small_f32_gemms_split_k() {
+        let shape = |m: i64, k: i64, n: i64, ne12: i64| MulMatShape {
+            m,
+            k,
+            n,
+            ne12,
+            ne13: 1,
+            ..MulMatShape::default()
+        };
+        assert_eq!(gemm_k_parts(&shape(128, 2048, 512, 1), 132), (8, 256));
+        let (parts, chunk) = gemm_k_parts(&shape(128, 1100, 100, 1), 132);
+        assert!(parts > 1 && chunk % 32 == 0 && (parts - 1) * chunk < 1100 && parts * chunk >= 1100);
+        assert_eq!(gemm_k_parts(&shape(128, 2048, 512, 2), 132), (1, 2048));
+        assert_eq!(gemm_k_parts(&shape(4096, 4096, 512, 1), 132), (1, 4096));
+        assert_eq!(gemm_k_parts(&shape(128, 256, 512, 1), 132), (1, 256));
     }
 
     fn chosen(g: &Graph, id: TensorId) -> Vec<&'static str> {

@@ -1843,11 +1843,57 @@ pub unsafe fn launch_gemm(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
     };
     let s = MulMatShape::new(node.dst, w, src1).ok_or_else(|| launch_error("gemm", "empty batch"))?;
     let names = entries(w.ty).ok_or_else(|| launch_error("gemm", "no kernel for this weight type"))?;
+    let (parts, chunk) = gemm_k_parts(&s, i64::from(ctx.info.compute_units.max(1)));
+    if w.ty == ElemType::F32 && parts > 1 {
+        let bytes =
+            usize::try_from(parts * s.m * s.n * 4).map_err(|_| launch_error("gemm", "partial sums too large"))?;
+        let partial = ctx.scratch.get(bytes)?;
+        let f = ctx.kernels.function(GEMM_FAMILY, "tandem_gemm_f32_parts")?;
+        let mut args = KernelArgs::new();
+        args.push(dptr(w))
+            .push(dptr(src1))
+            .push(dptr(node.dst))
+            .push(s)
+            .push(partial)
+            .push(chunk);
+        let mut cfg = gemm_config(&s);
+        cfg.grid[2] = parts as u32;
+        // SAFETY: (w, src1, dst, tandem_mm_shape, char* partial, i64 chunk); part z reads k in
+        // [z * chunk, min(k, (z + 1) * chunk)) and writes its m x n sums at partial + z * m * n
+        // floats, inside the `parts * m * n` floats of scratch.
+        unsafe { ctx.stream.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu)?;
+        let f = ctx.kernels.function(GEMM_FAMILY, "tandem_gemm_sum_parts")?;
+        let mut args = KernelArgs::new();
+        args.push(partial).push(dptr(node.dst)).push(s).push(parts);
+        let cfg = LaunchConfig {
+            grid: [((s.m + 255) / 256) as u32, s.n.min(MAX_GRID_YZ) as u32, 1],
+            block: [256, 1, 1],
+            shared_bytes: 0,
+        };
+        // SAFETY: (const char* partial, char* dst, tandem_mm_shape, i64 parts); one thread per
+        // row below m, columns grid-strided below n.
+        return unsafe { ctx.stream.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu);
+    }
     let f = ctx.kernels.function(GEMM_FAMILY, names[3])?;
     let mut args = KernelArgs::new();
     args.push(dptr(w)).push(dptr(src1)).push(dptr(node.dst)).push(s);
     // SAFETY: (w, src1, dst, tandem_mm_shape); tiles past m, n or k are masked in the kernel.
     unsafe { ctx.stream.launch(&f, gemm_config(&s), &mut args) }.map_err(KernelError::Gpu)
+}
+
+/// Split-k of the portable f32 GEMM (`tandem_gemm_f32_parts`): (parts, values of k per part).
+/// Where one batch's 64 x 64 tiles would leave more than half of the device's `units` idle (a
+/// MoE router's 128 rows give 2 tiles a 64-column stripe) and k is long, k is cut into parts of
+/// at least 256 values (a multiple of the 32-value step) so that the device gets about two
+/// blocks a unit; the parts' sums are added in order afterwards. (1, k) otherwise.
+pub fn gemm_k_parts(s: &MulMatShape, units: i64) -> (i64, i64) {
+    let tiles = ((s.n + GEMM_TILE - 1) / GEMM_TILE) * ((s.m + GEMM_TILE - 1) / GEMM_TILE);
+    if s.batches() != 1 || tiles * 2 > units || s.k < 512 {
+        return (1, s.k);
+    }
+    let want = ((2 * units + tiles - 1) / tiles).min(s.k / 256).clamp(1, 64);
+    let chunk = ((s.k + want - 1) / want + 31) / 32 * 32;
+    ((s.k + chunk - 1) / chunk, chunk)
 }
 
 /// MUL_MAT_ID in GEMV form: one block per (rows, slot); only the selected experts are read.
