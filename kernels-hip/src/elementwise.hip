@@ -69,14 +69,40 @@ TANDEM_DEVICE void tandem_ew_store(char* p, int ty, float v) {
 }
 
 // Element access: the f32 flavour compiles to plain loads and stores.
+// `f32`: every operand is f32, so rows whose elements are contiguous and 16-byte aligned may be
+// read and written four elements at a time.
 struct tandem_io_f32 {
+    static constexpr bool f32 = true;
     __device__ float load(const char* p, int) const { return *(const float*)p; }
     __device__ void store(char* p, int, float v) const { *(float*)p = v; }
 };
 struct tandem_io_any {
+    static constexpr bool f32 = false;
     __device__ float load(const char* p, int ty) const { return tandem_ew_load(p, ty); }
     __device__ void store(char* p, int ty, float v) const { tandem_ew_store(p, ty, v); }
 };
+
+// Row r of extents ne (dims 1..3) as (i1, i2, i3); 32-bit division where everything fits,
+// which is every tensor a model sends (a 64-bit division costs tens of instructions a thread).
+TANDEM_DEVICE void tandem_row_index(i64 r, const i64* ne, i64& i1, i64& i2, i64& i3) {
+    if (r <= 0x7fffffff && ne[1] <= 0x7fffffff && ne[2] <= 0x7fffffff) {
+        const unsigned ru = (unsigned)r, n1 = (unsigned)ne[1], n2 = (unsigned)ne[2];
+        const unsigned q = ru / n1;
+        i1 = ru - q * n1;
+        i2 = q % n2;
+        i3 = q / n2;
+    } else {
+        i1 = r % ne[1];
+        i2 = (r / ne[1]) % ne[2];
+        i3 = r / (ne[1] * ne[2]);
+    }
+}
+
+// Whether a base address and the row strides (dims 1..3) keep every row 16-byte aligned.
+TANDEM_DEVICE bool tandem_rows_aligned16(const char* p, const i64* nb) {
+    return (((unsigned long long)p | (unsigned long long)nb[1] | (unsigned long long)nb[2] |
+             (unsigned long long)nb[3]) & 15) == 0;
+}
 
 // ---- activation math (matches ops/src/cpu/ew_math.rs and unary.rs) ----
 
@@ -148,6 +174,35 @@ struct tandem_op_geglu_quick {
     __device__ float operator()(float x, float g) const { return tandem_act_gelu_quick(x) * g; }
 };
 
+// The all-f32 binary loop on rows of contiguous, 16-byte-aligned elements (ne[0] a multiple of
+// four), four elements a thread; src1's row is either as long as dst's or one value, repeated.
+template <typename Op>
+TANDEM_DEVICE void tandem_binary_rows4(const char* src0, const char* src1, char* dst,
+                                       const tandem_binary_shape& s, Op op, bool scalar1) {
+    const i64 rows = s.ne[1] * s.ne[2] * s.ne[3];
+    const i64 n4 = s.ne[0] >> 2;
+    const i64 step = (i64)gridDim.x * blockDim.x;
+    for (i64 r = blockIdx.y; r < rows; r += gridDim.y) {
+        i64 i1, i2, i3;
+        tandem_row_index(r, s.ne, i1, i2, i3);
+        const float4* a = (const float4*)(src0 + i1 * s.nb0[1] + i2 * s.nb0[2] + i3 * s.nb0[3]);
+        const char* b = src1 + (i1 % s.ne1[1]) * s.nb1[1] + (i2 % s.ne1[2]) * s.nb1[2] +
+                        (i3 % s.ne1[3]) * s.nb1[3];
+        float4* d = (float4*)(dst + i1 * s.nbd[1] + i2 * s.nbd[2] + i3 * s.nbd[3]);
+        for (i64 j = (i64)blockIdx.x * blockDim.x + threadIdx.x; j < n4; j += step) {
+            const float4 x = a[j];
+            float4 y;
+            if (scalar1) {
+                const float v = *(const float*)b;
+                y = make_float4(v, v, v, v);
+            } else {
+                y = ((const float4*)b)[j];
+            }
+            d[j] = make_float4(op(x.x, y.x), op(x.y, y.y), op(x.z, y.z), op(x.w, y.w));
+        }
+    }
+}
+
 template <typename Op, typename Io>
 TANDEM_DEVICE void tandem_binary_loop(const char* src0, const char* src1, char* dst,
                                       const tandem_binary_shape& s, Op op, Io io,
@@ -155,10 +210,20 @@ TANDEM_DEVICE void tandem_binary_loop(const char* src0, const char* src1, char* 
     const i64 rows = s.ne[1] * s.ne[2] * s.ne[3];
     const i64 step0 = (i64)gridDim.x * blockDim.x;
     const bool same0 = s.ne1[0] == s.ne[0];
+    if (Io::f32 && (s.ne[0] & 3) == 0 && s.nb0[0] == 4 && s.nbd[0] == 4 &&
+        tandem_rows_aligned16(src0, s.nb0) && tandem_rows_aligned16(dst, s.nbd)) {
+        if (s.ne1[0] == 1) {
+            tandem_binary_rows4(src0, src1, dst, s, op, true);
+            return;
+        }
+        if (same0 && s.nb1[0] == 4 && tandem_rows_aligned16(src1, s.nb1)) {
+            tandem_binary_rows4(src0, src1, dst, s, op, false);
+            return;
+        }
+    }
     for (i64 r = blockIdx.y; r < rows; r += gridDim.y) {
-        const i64 i1 = r % s.ne[1];
-        const i64 i2 = (r / s.ne[1]) % s.ne[2];
-        const i64 i3 = r / (s.ne[1] * s.ne[2]);
+        i64 i1, i2, i3;
+        tandem_row_index(r, s.ne, i1, i2, i3);
         const char* a = src0 + i1 * s.nb0[1] + i2 * s.nb0[2] + i3 * s.nb0[3];
         const char* b = src1 + (i1 % s.ne1[1]) * s.nb1[1] + (i2 % s.ne1[2]) * s.nb1[2] +
                         (i3 % s.ne1[3]) * s.nb1[3];
@@ -345,12 +410,21 @@ TANDEM_DEVICE void tandem_unary_loop(const char* src, char* dst, const tandem_un
                                      Op op, Io io, int ts, int td) {
     const i64 rows = s.ne[1] * s.ne[2] * s.ne[3];
     const i64 step0 = (i64)gridDim.x * blockDim.x;
+    const bool rows4 = Io::f32 && (s.ne[0] & 3) == 0 && s.nbs[0] == 4 && s.nbd[0] == 4 &&
+                       tandem_rows_aligned16(src, s.nbs) && tandem_rows_aligned16(dst, s.nbd);
     for (i64 r = blockIdx.y; r < rows; r += gridDim.y) {
-        const i64 i1 = r % s.ne[1];
-        const i64 i2 = (r / s.ne[1]) % s.ne[2];
-        const i64 i3 = r / (s.ne[1] * s.ne[2]);
+        i64 i1, i2, i3;
+        tandem_row_index(r, s.ne, i1, i2, i3);
         const char* a = src + i1 * s.nbs[1] + i2 * s.nbs[2] + i3 * s.nbs[3];
         char* d = dst + i1 * s.nbd[1] + i2 * s.nbd[2] + i3 * s.nbd[3];
+        if (rows4) {
+            // Contiguous, aligned f32 rows: four elements a thread.
+            for (i64 j = (i64)blockIdx.x * blockDim.x + threadIdx.x; j < (s.ne[0] >> 2); j += step0) {
+                const float4 x = ((const float4*)a)[j];
+                ((float4*)d)[j] = make_float4(op(x.x), op(x.y), op(x.z), op(x.w));
+            }
+            continue;
+        }
         for (i64 i0 = (i64)blockIdx.x * blockDim.x + threadIdx.x; i0 < s.ne[0]; i0 += step0) {
             io.store(d + i0 * s.nbd[0], td, op(io.load(a + i0 * s.nbs[0], ts)));
         }
@@ -455,6 +529,63 @@ tandem_add_id_f32(const char* src0, const char* src1, const char* ids, char* dst
             const float x = *(const float*)(a + i0 * s.nba[0]);
             const float y = valid ? *(const float*)(b + i0 * s.nbb0) : __int_as_float(0x7fc00000);
             *(float*)(d + i0 * s.nbd[0]) = x + y;
+        }
+    }
+}
+
+// ---- weighted sum of MoE expert outputs: MUL by the routing weights, then the ADD chain ----
+
+// Mirrors `MoeSumShape` in backend/src/gpu/elementwise.rs.
+struct tandem_moe_sum_shape {
+    i64 e, k, t;           // x extents: values per expert row, experts used, tokens
+    i64 nbx1, nbx2;        // x byte strides of dims 1 and 2 (dim 0 contiguous f32)
+    i64 nbw0, nbw1, nbw2;  // w byte strides (nbw0 = 0 when w repeats over dim 0)
+    i64 nbd1;              // dst byte stride of dim 1 (dim 0 contiguous)
+};
+
+// dst[:, t] = ((x[:, 0, t] * w[0, t] + x[:, 1, t] * w[1, t]) + ...) + x[:, k-1, t] * w[k-1, t]:
+// what llama.cpp's MoE output is, a MUL of the experts' rows by their weights (src1 repeating
+// over dim 0), k views of the product and k - 1 ADDs summing them in order. Each product and
+// each sum is rounded to f32 on its own (no fused multiply-add), so the result is the unfused
+// nodes' to the bit. blockIdx.y walks tokens; x threads walk dim 0, four values each where the
+// rows are 16-byte aligned.
+extern "C" __global__ void __launch_bounds__(256)
+tandem_moe_sum_f32(const char* x, const char* w, char* dst, tandem_moe_sum_shape s) {
+    const bool vec = (s.e & 3) == 0 && s.nbw0 == 0 &&
+                     (((unsigned long long)x | (unsigned long long)dst | (unsigned long long)s.nbx1 |
+                       (unsigned long long)s.nbx2 | (unsigned long long)s.nbd1) & 15) == 0;
+    const i64 step = (i64)gridDim.x * blockDim.x;
+    for (i64 t = blockIdx.y; t < s.t; t += gridDim.y) {
+        const char* xt = x + t * s.nbx2;
+        const char* wt = w + t * s.nbw2;
+        char* d = dst + t * s.nbd1;
+        if (vec) {
+            for (i64 j = (i64)blockIdx.x * blockDim.x + threadIdx.x; j < (s.e >> 2); j += step) {
+                float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                for (i64 k = 0; k < s.k; ++k) {
+                    const float4 v = ((const float4*)(xt + k * s.nbx1))[j];
+                    const float g = *(const float*)(wt + k * s.nbw1);
+                    const float4 p = make_float4(__fmul_rn(v.x, g), __fmul_rn(v.y, g), __fmul_rn(v.z, g),
+                                                 __fmul_rn(v.w, g));
+                    if (k == 0) {
+                        acc = p;
+                    } else {
+                        acc = make_float4(__fadd_rn(acc.x, p.x), __fadd_rn(acc.y, p.y), __fadd_rn(acc.z, p.z),
+                                          __fadd_rn(acc.w, p.w));
+                    }
+                }
+                ((float4*)d)[j] = acc;
+            }
+            continue;
+        }
+        for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < s.e; i += step) {
+            float acc = 0.0f;
+            for (i64 k = 0; k < s.k; ++k) {
+                const float p = __fmul_rn(((const float*)(xt + k * s.nbx1))[i],
+                                          *(const float*)(wt + i * s.nbw0 + k * s.nbw1));
+                acc = k == 0 ? p : __fadd_rn(acc, p);
+            }
+            ((float*)d)[i] = acc;
         }
     }
 }

@@ -791,11 +791,8 @@ impl GpuDevice {
                 }
                 let at = st.stream.launches();
                 for step in steps {
-                    if let GpuStep::Kernel { index, fused, .. } = step {
-                        st.queued_at[*index] = at;
-                        if *fused {
-                            st.queued_at[*index + 1] = at;
-                        }
+                    if let GpuStep::Kernel { index, span, .. } = step {
+                        st.queued_at[*index..=*index + *span].fill(at);
                     }
                 }
                 segment += 1;
@@ -859,7 +856,7 @@ impl GpuDevice {
         stats: &mut GraphStats,
     ) -> Result<(), ExecError> {
         for step in steps {
-            let GpuStep::Kernel { index, reg, fused } = step else {
+            let GpuStep::Kernel { index, reg, span } = step else {
                 continue;
             };
             // The ids are in place when no node of the graph writes them, or when the
@@ -875,13 +872,10 @@ impl GpuDevice {
             let settled = plan.settled.get(*index).copied().unwrap_or(false);
             let lc = self.launch_ctx(st, settled, ids_ready, act_ready);
             // SAFETY: forwarded contract; kinds were read from this device's map.
-            unsafe { exec::launch_step(&lc, g, kinds, &self.registry, *index, *reg, *fused)? };
+            unsafe { exec::launch_step(&lc, g, kinds, &self.registry, *index, *reg, *span)? };
             stats.gpu_dispatches += 1;
             let at = st.stream.launches();
-            st.queued_at[*index] = at;
-            if *fused {
-                st.queued_at[*index + 1] = at;
-            }
+            st.queued_at[*index..=*index + *span].fill(at);
         }
         Ok(())
     }

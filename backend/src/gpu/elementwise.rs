@@ -183,14 +183,76 @@ pub struct AddIdShape {
 }
 const _: () = assert!(std::mem::size_of::<AddIdShape>() == 136);
 
+/// `tandem_moe_sum_shape`: the MoE weighted sum's extents and byte strides.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MoeSumShape {
+    /// Values per expert row, experts used, tokens.
+    pub e: i64,
+    pub k: i64,
+    pub t: i64,
+    pub nbx1: i64,
+    pub nbx2: i64,
+    pub nbw0: i64,
+    pub nbw1: i64,
+    pub nbw2: i64,
+    pub nbd1: i64,
+}
+const _: () = assert!(std::mem::size_of::<MoeSumShape>() == 72);
+
 /// Grid for extents `ne`: x covers dim 0 in blocks of 256, y the rows (dims 1..3).
 pub fn launch_config(ne: [i64; 4]) -> LaunchConfig {
+    launch_config_by(ne, 1)
+}
+
+/// As [`launch_config`] with each thread taking `per_thread` consecutive elements of a row.
+fn launch_config_by(ne: [i64; 4], per_thread: i64) -> LaunchConfig {
     let rows = ne[1].max(1) * ne[2].max(1) * ne[3].max(1);
-    let gx = ((ne[0].max(1) + BLOCK as i64 - 1) / BLOCK as i64).min(MAX_GRID);
+    let per_block = BLOCK as i64 * per_thread;
+    let gx = ((ne[0].max(1) + per_block - 1) / per_block).min(MAX_GRID);
     LaunchConfig {
         grid: [gx as u32, rows.min(MAX_GRID) as u32, 1],
         block: [BLOCK, 1, 1],
         shared_bytes: 0,
+    }
+}
+
+/// Whether `p` and the row strides (dims 1..3) keep every row 16-byte aligned.
+fn rows_aligned16(p: DevicePtr, nb: &[i64; 4]) -> bool {
+    (p.0 | nb[1] as u64 | nb[2] as u64 | nb[3] as u64) & 15 == 0
+}
+
+/// Elements a thread of the f32 binary loop takes: four where the kernel takes its vector path
+/// (`tandem_binary_rows4`: contiguous, 16-byte-aligned rows of a multiple of four, src1's row as
+/// long or one value), else one. The kernel decides by the same test; this only sizes the grid.
+fn binary_per_thread(all_f32: bool, shape: &BinaryShape, src0: DevicePtr, src1: DevicePtr, dst: DevicePtr) -> i64 {
+    let rows = all_f32
+        && shape.ne[0] % 4 == 0
+        && shape.nb0[0] == 4
+        && shape.nbd[0] == 4
+        && rows_aligned16(src0, &shape.nb0)
+        && rows_aligned16(dst, &shape.nbd)
+        && (shape.ne1[0] == 1
+            || (shape.ne1[0] == shape.ne[0] && shape.nb1[0] == 4 && rows_aligned16(src1, &shape.nb1)));
+    if rows {
+        4
+    } else {
+        1
+    }
+}
+
+/// As [`binary_per_thread`] for the unary loop.
+fn unary_per_thread(all_f32: bool, shape: &UnaryShape, src: DevicePtr, dst: DevicePtr) -> i64 {
+    let rows = all_f32
+        && shape.ne[0] % 4 == 0
+        && shape.nbs[0] == 4
+        && shape.nbd[0] == 4
+        && rows_aligned16(src, &shape.nbs)
+        && rows_aligned16(dst, &shape.nbd);
+    if rows {
+        4
+    } else {
+        1
     }
 }
 
@@ -217,9 +279,10 @@ pub unsafe fn launch_binary(
     let f = k.function(FAMILY, op.entry())?;
     let mut args = KernelArgs::new();
     args.push(src0).push(src1).push(dst).push(*shape);
+    let cfg = launch_config_by(shape.ne, binary_per_thread(true, shape, src0, src1, dst));
     // SAFETY: the parameter list is (const char*, const char*, char*, tandem_binary_shape) and
     // the caller vouches for the memory.
-    unsafe { s.launch(&f, launch_config(shape.ne), &mut args) }.map_err(KernelError::Gpu)
+    unsafe { s.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu)
 }
 
 /// Queues `dst = src * scale + bias` (f32).
@@ -241,8 +304,9 @@ pub unsafe fn launch_scale(
     let f = k.function(FAMILY, "tandem_scale_f32")?;
     let mut args = KernelArgs::new();
     args.push(src).push(dst).push(*shape).push(scale).push(bias);
+    let cfg = launch_config_by(shape.ne, unary_per_thread(true, shape, src, dst));
     // SAFETY: the parameter list is (const char*, char*, tandem_unary_shape, float, float).
-    unsafe { s.launch(&f, launch_config(shape.ne), &mut args) }.map_err(KernelError::Gpu)
+    unsafe { s.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu)
 }
 
 /// Queues `dst = silu(src)` (f32).
@@ -262,8 +326,9 @@ pub unsafe fn launch_silu(
     let f = k.function(FAMILY, "tandem_silu_f32")?;
     let mut args = KernelArgs::new();
     args.push(src).push(dst).push(*shape);
+    let cfg = launch_config_by(shape.ne, unary_per_thread(true, shape, src, dst));
     // SAFETY: the parameter list is (const char*, char*, tandem_unary_shape).
-    unsafe { s.launch(&f, launch_config(shape.ne), &mut args) }.map_err(KernelError::Gpu)
+    unsafe { s.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu)
 }
 
 fn bad_extents(call: &'static str) -> KernelError {
@@ -297,9 +362,10 @@ pub unsafe fn launch_combine(
     let mut args = KernelArgs::new();
     args.push(src0).push(src1).push(dst).push(*shape);
     args.push(op.code()).push(types[0]).push(types[1]).push(types[2]);
+    let cfg = launch_config_by(shape.ne, binary_per_thread(types == [0; 3], shape, src0, src1, dst));
     // SAFETY: the parameter list is (const char*, const char*, char*, tandem_binary_shape, int,
     // int, int, int) and the caller vouches for the memory.
-    unsafe { s.launch(&f, launch_config(shape.ne), &mut args) }.map_err(KernelError::Gpu)
+    unsafe { s.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu)
 }
 
 /// Queues `dst = f(src)` for `op`, element types `types` = [src, dst] as ggml ids.
@@ -323,9 +389,38 @@ pub unsafe fn launch_map(
     let mut args = KernelArgs::new();
     args.push(src).push(dst).push(*shape);
     args.push(code).push(types[0]).push(types[1]).push(p0).push(p1);
+    let cfg = launch_config_by(shape.ne, unary_per_thread(types == [0; 2], shape, src, dst));
     // SAFETY: the parameter list is (const char*, char*, tandem_unary_shape, int, int, int,
     // float, float) and the caller vouches for the memory.
-    unsafe { s.launch(&f, launch_config(shape.ne), &mut args) }.map_err(KernelError::Gpu)
+    unsafe { s.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu)
+}
+
+/// Queues the weighted sum of MoE expert outputs, `dst[:, t] = sum over k, in order, of
+/// x[:, k, t] * w[k, t]` (f32), each product and sum rounded on its own.
+///
+/// # Safety
+/// x, w and dst hold f32 tensors laid out as `shape` says (x and dst contiguous in dim 0) until
+/// the stream has run the kernel.
+pub unsafe fn launch_moe_sum(
+    k: &Kernels,
+    s: &Stream,
+    x: DevicePtr,
+    w: DevicePtr,
+    dst: DevicePtr,
+    shape: &MoeSumShape,
+) -> Result<(), KernelError> {
+    if shape.e <= 0 || shape.k <= 0 || shape.t <= 0 {
+        return Err(bad_extents("launch_moe_sum"));
+    }
+    let f = k.function(FAMILY, "tandem_moe_sum_f32")?;
+    let mut args = KernelArgs::new();
+    args.push(x).push(w).push(dst).push(*shape);
+    let vec =
+        shape.e % 4 == 0 && shape.nbw0 == 0 && (x.0 | dst.0 | (shape.nbx1 | shape.nbx2 | shape.nbd1) as u64) & 15 == 0;
+    let cfg = launch_config_by([shape.e, shape.t, 1, 1], if vec { 4 } else { 1 });
+    // SAFETY: the parameter list is (const char*, const char*, char*, tandem_moe_sum_shape) and
+    // the caller vouches for the memory.
+    unsafe { s.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu)
 }
 
 /// Queues `dst = src0 + src1[:, ids]` (f32; ids i32). An id outside `0..shape.rows_b` makes its

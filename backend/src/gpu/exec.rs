@@ -10,15 +10,16 @@ use crate::stats::GraphStats;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::ops::Range;
-use tandem_graph::{Graph, Op, Tensor, TensorId};
+use tandem_graph::{ElemType, Graph, Op, Tensor, TensorId};
 use tandem_ops::{CpuContext, Srcs};
 
 /// Where one node (or run of nodes) goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum GpuStep {
-    /// A kernel registration for node `index` of `g.nodes`; `fused` when it also computes the
-    /// next node.
-    Kernel { index: usize, reg: usize, fused: bool },
+    /// A kernel registration for node `index` of `g.nodes`; `span` > 0 when it also computes
+    /// nodes `index + 1 ..= index + span` (a fused pair: the next node; a fused chain: the chain,
+    /// views included, the launcher given its first and last node).
+    Kernel { index: usize, reg: usize, span: usize },
     /// Nodes `range` of `g.nodes` on the CPU fallback (views inside are no-ops).
     Cpu { range: Range<usize> },
     /// A split node: MUL_MAT or MUL_MAT_ID `index` of `g.nodes`, whose weight is in pinned host
@@ -95,12 +96,12 @@ pub fn staged_inputs(g: &Graph, kinds: &[MemKind], steps: &[GpuStep]) -> (Vec<St
     let mut out: Vec<StagedInput> = Vec::new();
     let mut total = 0usize;
     for step in steps {
-        let (index, fused) = match *step {
-            GpuStep::Kernel { index, fused, .. } => (index, fused),
-            GpuStep::Staged { index, .. } => (index, false),
+        let (index, span) = match *step {
+            GpuStep::Kernel { index, span, .. } => (index, span),
+            GpuStep::Staged { index, .. } => (index, 0),
             _ => continue,
         };
-        for i in index..=index + usize::from(fused) {
+        for i in index..=index + span {
             let t = g.tensor(g.nodes[i]);
             for (k, s) in t.src.iter().enumerate() {
                 let Some(s) = *s else { continue };
@@ -390,16 +391,25 @@ pub fn plan(g: &Graph, kinds: &[MemKind], registry: &Registry, log: bool, split:
                 p.refuse_split(why);
             }
         }
+        // A node fuses the one after it, or a whole chain (the MoE output's weighted sum).
+        let mut span = 1;
         if gpu_visible(g, kinds, id) {
             let node = Node::of(g, id);
-            let next = g.nodes.get(i + 1).copied().filter(|&n| {
-                let nt = g.tensor(n);
-                !is_noop(nt)
-                    && uses[id.index()] == 1
-                    && !t.output
-                    && nt.src.contains(&Some(id))
-                    && gpu_visible(g, kinds, n)
-            });
+            let chain = fused_chain(g, kinds, i, &uses);
+            let next = match chain {
+                Some(last) => {
+                    span = last - i;
+                    Some(g.nodes[last])
+                }
+                None => g.nodes.get(i + 1).copied().filter(|&n| {
+                    let nt = g.tensor(n);
+                    !is_noop(nt)
+                        && uses[id.index()] == 1
+                        && !t.output
+                        && nt.src.contains(&Some(id))
+                        && gpu_visible(g, kinds, n)
+                }),
+            };
             let next_node = next.map(|n| Node::of(g, n));
             chosen = registry.choose(&node, next_node.as_ref());
         }
@@ -409,11 +419,16 @@ pub fn plan(g: &Graph, kinds: &[MemKind], registry: &Registry, log: bool, split:
                 if log {
                     registry.log_first_use(reg);
                 }
-                p.steps.push(GpuStep::Kernel { index: i, reg, fused });
+                let span = if fused { span } else { 0 };
+                p.steps.push(GpuStep::Kernel { index: i, reg, span });
                 p.kernels += 1;
                 if fused {
                     p.fused += 1;
-                    i += 1;
+                    p.noops += g.nodes[i + 1..=i + span]
+                        .iter()
+                        .filter(|&&n| is_noop(g.tensor(n)))
+                        .count();
+                    i += span;
                 }
             }
             None => {
@@ -430,6 +445,130 @@ pub fn plan(g: &Graph, kinds: &[MemKind], registry: &Registry, log: bool, split:
     p.ids_writer = ids_writers(g);
     p.act_writer = act_writers(g);
     Ok(p)
+}
+
+/// The last node of a chain of nodes from node `i` on that one registration computes whole
+/// (the registration then gets node `i` and that last node): [`moe_sum_chain`],
+/// [`topk_moe_chain`] or [`sum_clamp_div_chain`].
+pub fn fused_chain(g: &Graph, kinds: &[MemKind], i: usize, uses: &[u32]) -> Option<usize> {
+    match g.tensor(g.nodes[i]).op {
+        Op::Mul => moe_sum_chain(g, kinds, i, uses),
+        Op::SoftMax => topk_moe_chain(g, kinds, i, uses),
+        Op::SumRows => sum_clamp_div_chain(g, kinds, i, uses),
+        _ => None,
+    }
+}
+
+/// A MoE router as llama.cpp builds it from node `i`, a SOFT_MAX `p` of the logits (no mask):
+/// a RESHAPE of `p` to `[1, e, t]`, a descending ARGSORT of `p`, a VIEW of its first k columns
+/// (the experts' ids, which later nodes read), and the GET_ROWS of the reshaped probabilities at
+/// those ids, in any order but with nothing else in between and nothing else reading `p`, the
+/// reshape or the ARGSORT; returns the GET_ROWS's index. The fused kernel writes the ids (the
+/// ARGSORT's first k columns) and the GET_ROWS's result, nothing of `p` or the rest of the
+/// ARGSORT.
+pub fn topk_moe_chain(g: &Graph, kinds: &[MemKind], i: usize, uses: &[u32]) -> Option<usize> {
+    let p = g.nodes[i];
+    let pt = g.tensor(p);
+    if pt.op != Op::SoftMax || pt.output || pt.src[1].is_some() || pt.src[2].is_some() {
+        return None;
+    }
+    let (mut reshape, mut sort, mut ids) = (None, None, None);
+    for (j, &id) in g.nodes.iter().enumerate().skip(i + 1).take(4) {
+        let t = g.tensor(id);
+        if !gpu_visible(g, kinds, id) {
+            return None;
+        }
+        match t.op {
+            Op::Reshape if t.src[0] == Some(p) && reshape.is_none() && !t.output && uses[id.index()] == 1 => {
+                reshape = Some(id)
+            }
+            Op::Argsort if t.src[0] == Some(p) && sort.is_none() && !t.output && uses[id.index()] == 2 => {
+                sort = Some(id)
+            }
+            Op::View if sort.is_some() && t.src[0] == sort && t.view_offs == 0 && ids.is_none() => ids = Some(id),
+            Op::GetRows if reshape.is_some() && ids.is_some() && t.src[0] == reshape && t.src[1] == ids => {
+                // p read by the reshape (as source and view root) and the ARGSORT only.
+                return (uses[p.index()] == 3).then_some(j);
+            }
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// llama.cpp's normalization of MoE weights from node `i`: `s = SUM_ROWS(x)`, `c = CLAMP(s)`,
+/// `DIV(x, c)`, consecutive, `s` and `c` read by nothing else; returns the DIV's index.
+pub fn sum_clamp_div_chain(g: &Graph, kinds: &[MemKind], i: usize, uses: &[u32]) -> Option<usize> {
+    let (s, c, d) = (g.nodes[i], *g.nodes.get(i + 1)?, *g.nodes.get(i + 2)?);
+    let (st, ct, dt) = (g.tensor(s), g.tensor(c), g.tensor(d));
+    let chained = st.op == Op::SumRows
+        && ct.op == Op::Clamp
+        && dt.op == Op::Div
+        && ct.src[0] == Some(s)
+        && dt.src[0] == st.src[0]
+        && dt.src[1] == Some(c)
+        && !st.output
+        && !ct.output
+        && uses[s.index()] == 1
+        && uses[c.index()] == 1;
+    (chained && gpu_visible(g, kinds, c) && gpu_visible(g, kinds, d)).then_some(i + 2)
+}
+
+/// The index of the last node of the chain starting at node `i` that sums a MUL's rows, as
+/// llama.cpp adds up a MoE layer's experts: `p = MUL(x [e, k, t], w)`, then k VIEWs of `p`
+/// (view j: row j of every token, `[e, t]`), then k - 1 ADDs folding them in order,
+/// `((v0 + v1) + v2) + ...` (either operand order), with nothing else in between and nothing
+/// else reading `p`, the views or the partial sums; every node in device memory. `None` when
+/// the nodes from `i` on are not such a chain.
+pub fn moe_sum_chain(g: &Graph, kinds: &[MemKind], i: usize, uses: &[u32]) -> Option<usize> {
+    let m = g.nodes[i];
+    let mt = g.tensor(m);
+    let k = mt.ne[1];
+    if mt.op != Op::Mul || mt.output || !(2..=64).contains(&k) || mt.ne[3] != 1 || mt.ty != ElemType::F32 {
+        return None;
+    }
+    let row = [mt.ne[0], mt.ne[2], 1, 1];
+    let mut views: Vec<Option<TensorId>> = vec![None; k as usize];
+    let mut refs_of_m = 0u32;
+    let mut acc: Option<TensorId> = None;
+    let mut adds = 0;
+    let mut j = i + 1;
+    while adds < k - 1 {
+        let id = *g.nodes.get(j)?;
+        let t = g.tensor(id);
+        if !gpu_visible(g, kinds, id) {
+            return None;
+        }
+        if t.op == Op::View && t.view_src == Some(m) && !t.output {
+            let at = t.view_offs.checked_sub(mt.view_offs)?;
+            let slot = at / mt.nb[1];
+            if at % mt.nb[1] != 0 || slot >= views.len() || views[slot].is_some() {
+                return None;
+            }
+            if t.ne != row || t.nb[1] != mt.nb[2] || uses[id.index()] != 1 {
+                return None;
+            }
+            views[slot] = Some(id);
+            refs_of_m += 1 + t.src.iter().filter(|&&s| s == Some(m)).count() as u32;
+        } else if t.op == Op::Add {
+            let next = views[adds as usize + 1]?;
+            let prev = acc.or(views[0])?;
+            let pair = (t.src[0]?, t.src[1]?);
+            if pair != (prev, next) && pair != (next, prev) || t.ne != row || t.ty != ElemType::F32 {
+                return None;
+            }
+            adds += 1;
+            // Only the last sum may be read outside the chain.
+            if adds < k - 1 && (uses[id.index()] != 1 || t.output) {
+                return None;
+            }
+            acc = Some(id);
+        } else {
+            return None;
+        }
+        j += 1;
+    }
+    (uses[m.index()] == refs_of_m && views.iter().all(Option::is_some)).then_some(j - 1)
 }
 
 /// For each MUL_MAT_ID node, the index of the last node ahead of it that writes into the storage
@@ -509,10 +648,11 @@ pub unsafe fn launch_step(
     registry: &Registry,
     index: usize,
     reg: usize,
-    fused: bool,
+    span: usize,
 ) -> Result<(), ExecError> {
-    // The node, and the next one when fused; no allocation on the launch path.
-    let pair = [g.nodes[index], g.nodes[index + usize::from(fused)]];
+    // The node, and the last one it fuses; no allocation on the launch path.
+    let fused = span > 0;
+    let pair = [g.nodes[index], g.nodes[index + span]];
     let ids = &pair[..1 + usize::from(fused)];
     let needs_move = ids.iter().any(|&id| {
         std::iter::once(id)
@@ -891,7 +1031,7 @@ mod tests {
         let reg = |i| GpuStep::Kernel {
             index: i,
             reg: 2,
-            fused: false,
+            span: 0,
         };
         let p = plan(&g, &kinds, &registry(""), false, true).unwrap();
         assert_eq!(p.steps[0], GpuStep::Split { index: 0, reg: 2 });
@@ -1011,18 +1151,18 @@ mod tests {
                 GpuStep::Kernel {
                     index: 0,
                     reg: 0,
-                    fused: true
+                    span: 1
                 },
                 GpuStep::Kernel {
                     index: 2,
                     reg: 1,
-                    fused: false
+                    span: 0
                 },
                 GpuStep::Cpu { range: 3..4 },
                 GpuStep::Kernel {
                     index: 4,
                     reg: 1,
-                    fused: false
+                    span: 0
                 },
             ]
         );
@@ -1044,6 +1184,73 @@ mod tests {
         let p = plan(&g, &kinds, &registry("test.rms_norm_mul"), false, false).unwrap();
         assert_eq!(p.kernels, 2);
         assert_eq!(p.steps[0], GpuStep::Cpu { range: 0..2 });
+    }
+
+    /// llama.cpp's MoE sum, `p = x * w`, views of p's rows, ADDs folding them in order: one
+    /// chain the plan fuses whole; other orders, extra readers and outputs inside are not.
+    #[test]
+    fn the_moe_sum_chain_is_found_whole() {
+        // (graph, index of the MUL, tensors of the views and the ADDs)
+        fn build(k: usize, order: &[usize], swap_last: bool) -> (Graph, Vec<TensorId>) {
+            let mut b = GraphBuilder::new();
+            let x = b.new_tensor(ElemType::F32, &[8, k as i64, 3]);
+            let w = b.new_tensor(ElemType::F32, &[1, k as i64, 3]);
+            let p = b.mul(x, w).unwrap();
+            let nb1 = 8 * 4;
+            let views: Vec<TensorId> = (0..k)
+                .map(|j| b.view(p, &[8, 3], &[nb1 * k], j * nb1).unwrap())
+                .collect();
+            let mut acc = views[order[0]];
+            let mut ids = views.clone();
+            for (n, &j) in order.iter().enumerate().skip(1) {
+                acc = if swap_last && n == k - 1 {
+                    b.add(views[j], acc)
+                } else {
+                    b.add(acc, views[j])
+                }
+                .unwrap();
+                ids.push(acc);
+            }
+            (b.build(), ids)
+        }
+        let (g, ids) = build(4, &[0, 1, 2, 3], false);
+        let kinds = vec![MemKind::Device; g.tensors.len()];
+        let uses = consumers(&g);
+        let mul = g.nodes.iter().position(|&n| g.tensor(n).op == Op::Mul).unwrap();
+        let last = g.nodes.iter().position(|&n| n == *ids.last().unwrap()).unwrap();
+        assert_eq!(moe_sum_chain(&g, &kinds, mul, &uses), Some(last));
+        let (g2, _) = build(4, &[0, 1, 2, 3], true);
+        assert_eq!(
+            moe_sum_chain(&g2, &kinds, mul, &consumers(&g2)),
+            Some(last),
+            "operands either way"
+        );
+        // Summed out of order: the fused kernel's rounding would differ.
+        let (g3, _) = build(4, &[0, 2, 1, 3], false);
+        assert_eq!(moe_sum_chain(&g3, &kinds, mul, &consumers(&g3)), None);
+        // A partial sum read by the host, a view in host memory: not a chain.
+        let mut out = g.clone();
+        out.tensor_mut(ids[5]).output = true;
+        assert_eq!(moe_sum_chain(&out, &kinds, mul, &uses), None);
+        let mut host = kinds.clone();
+        host[ids[2].index()] = MemKind::Host;
+        assert_eq!(moe_sum_chain(&g, &host, mul, &uses), None);
+        // The last sum may be an output.
+        let mut out = g.clone();
+        out.tensor_mut(*ids.last().unwrap()).output = true;
+        assert_eq!(moe_sum_chain(&out, &kinds, mul, &uses), Some(last));
+        // Something else reading the product.
+        let mut b = GraphBuilder::new();
+        let x = b.new_tensor(ElemType::F32, &[8, 2, 3]);
+        let w = b.new_tensor(ElemType::F32, &[1, 2, 3]);
+        let p = b.mul(x, w).unwrap();
+        let v0 = b.view(p, &[8, 3], &[64], 0).unwrap();
+        let v1 = b.view(p, &[8, 3], &[64], 32).unwrap();
+        b.add(v0, v1).unwrap();
+        b.scale(p, 2.0, 0.0);
+        let g4 = b.build();
+        let kinds4 = vec![MemKind::Device; g4.tensors.len()];
+        assert_eq!(moe_sum_chain(&g4, &kinds4, 0, &consumers(&g4)), None);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 use crate::KernelSource;
 
 /// Elementwise: binary ops with broadcasting and the GLU gates, every UNARY sub-op, SCALE, CLAMP
-/// (f32/f16/bf16 through the `_any` entries) and ADD_ID.
+/// (f32/f16/bf16 through the `_any` entries), ADD_ID, and the weighted sum of MoE expert outputs.
 pub(crate) const FAMILIES: &[KernelSource] = &[KernelSource {
     family: "elementwise",
     file: "elementwise.hip",
@@ -16,6 +16,7 @@ pub(crate) const FAMILIES: &[KernelSource] = &[KernelSource {
         "tandem_silu_f32",
         "tandem_unary_any",
         "tandem_add_id_f32",
+        "tandem_moe_sum_f32",
     ],
     options: &[],
 }];

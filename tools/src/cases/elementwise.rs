@@ -1,5 +1,6 @@
 //! ADD/SUB/MUL/DIV with broadcasting (f32, f16, bf16, half with f32 src1), permuted and in place;
-//! SCALE, CLAMP, SUM_ROWS, ADD_ID, and SQR/SQRT/LOG/SIN/COS.
+//! SCALE, CLAMP, SUM_ROWS, ADD_ID, SQR/SQRT/LOG/SIN/COS, and llama.cpp's MoE output sum (a MUL
+//! by the routing weights, views of its rows, ADDs folding them; a GPU may fuse the chain).
 
 use super::{dims, Case, Fill, Setup};
 use tandem_graph::{ElemType, Op};
@@ -126,6 +127,29 @@ fn add_id(ne0: i64, n_used: i64, n_tokens: i64, n_expert: i64) -> Case {
     })
 }
 
+/// llama.cpp's MoE output: `p = x * w` (x `[e, k, t]`, w `[1, k, t]`, or `[e, k, t]` when
+/// `full_w`), then `((v0 + v1) + v2) + ...` over the views `v_j` of row j of every token. Judged
+/// on the last ADD.
+fn moe_sum(e: i64, k: i64, t: i64, full_w: bool) -> Case {
+    let name = format!("ADD(moe_sum,e={e},k={k},t={t}{})", if full_w { ",full_w" } else { "" });
+    Case::new(Op::Add, name, move |s: &mut Setup| {
+        let x = s.input(ElemType::F32, &[e, k, t])?;
+        let w = s.input_with(
+            ElemType::F32,
+            &[if full_w { e } else { 1 }, k, t],
+            Fill::Uniform(0.0, 1.0),
+        )?;
+        let p = s.g.mul(x, w)?;
+        let row = e as usize * 4;
+        let mut acc = s.g.view(p, &[e, t], &[row * k as usize], 0)?;
+        for j in 1..k as usize {
+            let v = s.g.view(p, &[e, t], &[row * k as usize], j * row)?;
+            acc = s.g.add(acc, v)?;
+        }
+        Ok(acc)
+    })
+}
+
 pub fn cases(v: &mut Vec<Case>) {
     let shapes: [([i64; 4], [i64; 4]); 7] = [
         ([16, 5, 1, 1], [16, 5, 1, 1]),
@@ -186,4 +210,32 @@ pub fn cases(v: &mut Vec<Case>) {
     ] {
         v.push(add_id(ne0, n_used, n_tokens, n_expert));
     }
+    for (e, k, t) in [
+        (64, 8, 3),
+        (2048, 8, 2),
+        (2048, 8, 37),
+        (67, 3, 2),
+        (32, 2, 1),
+        (4096, 4, 5),
+    ] {
+        v.push(moe_sum(e, k, t, false));
+    }
+    v.push(moe_sum(64, 4, 3, true));
+    // Long rows through the four-a-thread loops: a row broadcast, a scalar per row.
+    v.push(binary(
+        Op::Add,
+        ElemType::F32,
+        ElemType::F32,
+        [14336, 3, 1, 1],
+        [14336, 1, 1, 1],
+        Layout::Plain,
+    ));
+    v.push(binary(
+        Op::Mul,
+        ElemType::F32,
+        ElemType::F32,
+        [2048, 8, 5, 1],
+        [1, 8, 5, 1],
+        Layout::Plain,
+    ));
 }

@@ -1,4 +1,5 @@
-//! Elementwise registrations: ADD/MUL/DIV with broadcasting, GLU, UNARY, SCALE, CLAMP, ADD_ID.
+//! Elementwise registrations: ADD/MUL/DIV with broadcasting, GLU, UNARY, SCALE, CLAMP, ADD_ID, and
+//! the MoE output's MUL by the routing weights fused with the ADD chain that sums it.
 //!
 //! Each op has an `_f32` registration (every tensor f32) and a `_half` one (any other mix of f32,
 //! f16 and bf16, the mixes tandem's CPU ops take); UNARY is one registration per type group for
@@ -10,8 +11,8 @@
 //! row of dst becomes NaN (src1 is never read out of bounds) so the bad input stays visible.
 
 use crate::gpu::elementwise::{
-    float_type_id, launch_add_id, launch_binary, launch_combine, launch_map, AddIdShape, BinaryOp, BinaryShape,
-    Combine, Map, UnaryShape,
+    float_type_id, launch_add_id, launch_binary, launch_combine, launch_map, launch_moe_sum, AddIdShape, BinaryOp,
+    BinaryShape, Combine, Map, MoeSumShape, UnaryShape,
 };
 use crate::gpu::kernels::KernelError;
 use crate::gpu::registry::{dptr, launch_error, LaunchCtx, Node, Registration};
@@ -19,6 +20,13 @@ use tandem_graph::params::{clamp_params, glu_op, scale_params, unary_op};
 use tandem_graph::{ElemType, Op, Tensor};
 
 pub const REGISTRATIONS: &[Registration] = &[
+    Registration {
+        name: "hip.moe_sum_f32",
+        op: Op::Mul,
+        fuses: Some(Op::Add),
+        accepts: accepts_moe_sum,
+        launch: launch_moe_sum_node,
+    },
     reg("hip.add_f32", Op::Add, accepts_binary_f32, launch_binary_f32),
     reg("hip.sub_f32", Op::Sub, accepts_binary_f32, launch_binary_f32),
     reg("hip.mul_f32", Op::Mul, accepts_binary_f32, launch_binary_f32),
@@ -189,6 +197,73 @@ unsafe fn launch_binary_typed(
             &shape,
         )
     }
+}
+
+// ---------------------------------------------------------------- MoE weighted sum
+
+/// The MoE sum's shape for `mul` (the experts' rows times their weights, `[e, k, t]`) and the
+/// last ADD of the chain summing its k views (`[e, t]`), when every tensor is f32 with
+/// contiguous rows and the chain's last view is where the plan's chain puts it. The plan
+/// (`exec::moe_sum_chain`) checks the whole chain; this checks what the kernel reads and writes.
+fn moe_sum_shape(mul: &Node<'_>, last: &Node<'_>) -> Option<MoeSumShape> {
+    let (x, w) = (mul.src(0)?, mul.src(1)?);
+    let (m, d) = (mul.dst, last.dst);
+    if m.op != Op::Mul || d.op != Op::Add {
+        return None;
+    }
+    if [x, w, m, d].iter().any(|t| t.ty != ElemType::F32 || !well_formed(t)) {
+        return None;
+    }
+    let [e, k, t, one] = m.ne;
+    if k < 2 || one != 1 || x.ne != m.ne || !(w.ne[0] == 1 || w.ne[0] == e) || w.ne[1..] != m.ne[1..] {
+        return None;
+    }
+    if x.nb[0] != 4 || m.nb[0] != 4 || d.nb[0] != 4 || (w.ne[0] > 1 && w.nb[0] != 4) {
+        return None;
+    }
+    if d.ne != [e, t, 1, 1] || !elements_disjoint(d) {
+        return None;
+    }
+    // The chain's last view: row k - 1 of every token of the product.
+    let at = m.data.checked_add((k as usize - 1).checked_mul(m.nb[1])?)?;
+    let view_last = [last.src(0), last.src(1)]
+        .into_iter()
+        .flatten()
+        .any(|v| v.data == at && v.ne == [e, t, 1, 1] && v.nb[1] == m.nb[2]);
+    if !view_last {
+        return None;
+    }
+    Some(MoeSumShape {
+        e,
+        k,
+        t,
+        nbx1: x.nb[1] as i64,
+        nbx2: x.nb[2] as i64,
+        nbw0: if w.ne[0] == 1 { 0 } else { w.nb[0] as i64 },
+        nbw1: w.nb[1] as i64,
+        nbw2: w.nb[2] as i64,
+        nbd1: d.nb[1] as i64,
+    })
+}
+
+fn accepts_moe_sum(node: &Node<'_>, next: Option<&Node<'_>>) -> bool {
+    next.is_some_and(|last| moe_sum_shape(node, last).is_some())
+}
+
+/// # Safety
+/// See [`crate::gpu::registry::Launch`]; `next` is the chain's last ADD.
+unsafe fn launch_moe_sum_node(
+    ctx: &LaunchCtx<'_>,
+    node: &Node<'_>,
+    next: Option<&Node<'_>>,
+) -> Result<(), KernelError> {
+    let last = next.ok_or_else(|| launch_error("hip.moe_sum_f32", "no ADD chain"))?;
+    let shape = moe_sum_shape(node, last).ok_or_else(|| launch_error("hip.moe_sum_f32", "not a MoE sum"))?;
+    let (x, w) = sources2(node, "hip.moe_sum_f32")?;
+    // SAFETY: the predicate checked types, extents and strides; the registry contract gives
+    // device addresses covering each tensor. The product itself is never written: only the
+    // chain's views read it, and the plan fused them all.
+    unsafe { launch_moe_sum(ctx.kernels, ctx.stream, dptr(x), dptr(w), dptr(last.dst), &shape) }
 }
 
 // ---------------------------------------------------------------- GLU
@@ -420,9 +495,14 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), REGISTRATIONS.len());
-        assert!(REGISTRATIONS
+        assert!(REGISTRATIONS.iter().all(|r| r.name.starts_with("hip.")));
+        // Only the MoE sum fuses (its ADD chain).
+        let fusing: Vec<_> = REGISTRATIONS
             .iter()
-            .all(|r| r.name.starts_with("hip.") && r.fuses.is_none()));
+            .filter(|r| r.fuses.is_some())
+            .map(|r| r.name)
+            .collect();
+        assert_eq!(fusing, ["hip.moe_sum_f32"]);
     }
 
     #[test]
