@@ -131,3 +131,30 @@ tandem_sum_rows_f32(const char* src, char* dst, tandem_row_shape s) {
         }
     }
 }
+
+// SUM_ROWS, CLAMP and DIV as llama.cpp normalizes MoE routing weights: dst row = src row /
+// clamp(sum of the src row, lo, hi). The sum is tandem_sum_rows_f32's (same reduction for the
+// same block size), the clamp tandem_unary_any's, the division the binary kernels', so the
+// result is the three nodes' to the bit. s.nbw holds dst's strides.
+extern "C" __global__ void __launch_bounds__(1024)
+tandem_sum_clamp_div_f32(const char* src, char* dst, tandem_row_shape s, float lo, float hi) {
+    __shared__ float slots[TANDEM_NORM_MAX_WAVES];
+    const i64 rows = s.ne[1] * s.ne[2] * s.ne[3];
+    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        const i64 i1 = r % s.ne[1];
+        const i64 i2 = (r / s.ne[1]) % s.ne[2];
+        const i64 i3 = r / (s.ne[1] * s.ne[2]);
+        const char* x = src + i1 * s.nbs[1] + i2 * s.nbs[2] + i3 * s.nbs[3];
+        char* d = dst + i1 * s.nbw[1] + i2 * s.nbw[2] + i3 * s.nbw[3];
+        float part = 0.0f;
+        for (i64 i = threadIdx.x; i < s.ne[0]; i += blockDim.x) {
+            part += *(const float*)(x + i * s.nbs[0]);
+        }
+        float total = tandem_norm_block_sum(part, slots);
+        total = total < hi ? total : hi;
+        total = total > lo ? total : lo;
+        for (i64 i = threadIdx.x; i < s.ne[0]; i += blockDim.x) {
+            *(float*)(d + i * s.nbw[0]) = *(const float*)(x + i * s.nbs[0]) / total;
+        }
+    }
+}

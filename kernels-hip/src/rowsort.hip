@@ -85,3 +85,116 @@ tandem_argsort_f32(const char* src, char* dst, tandem_sort_shape s, i32 descendi
         __syncthreads();
     }
 }
+
+// ---- MoE routing: softmax, the top k by ARGSORT's order, their probabilities ----
+
+// Mirrors `TopkMoeShape` in backend/src/gpu/ops/argsort.rs.
+struct tandem_topk_moe_shape {
+    i64 e, t, k;     // logits per token (experts), tokens, experts used
+    i64 nbx1;        // logits row stride (elements contiguous f32)
+    i64 nbi1;        // ids row stride (i32 contiguous: the ARGSORT result's first k columns)
+    i64 nbw1, nbw2;  // weights byte strides per used expert and per token
+};
+
+#define TANDEM_TOPK_PER_THREAD 8
+#define TANDEM_TOPK_MAX_WAVES 32
+
+// Smallest key over one wave; every lane gets it.
+TANDEM_DEVICE u64 tandem_wave_min_u64(u64 v) {
+    for (int offset = warpSize / 2; offset > 0; offset >>= 1) {
+        const u32 hi = __shfl_xor((u32)(v >> 32), offset);
+        const u32 lo = __shfl_xor((u32)v, offset);
+        const u64 o = ((u64)hi << 32) | (u64)lo;
+        v = o < v ? o : v;
+    }
+    return v;
+}
+
+// Block-wide max (MAX) or sum of v over `slots`, which no thread may still be reading from an
+// earlier call; every thread gets the result.
+template <bool MAX>
+TANDEM_DEVICE float tandem_topk_block_reduce(float v, float* slots) {
+    v = MAX ? tandem_wave_max(v) : tandem_wave_sum(v);
+    const int waves = (int)((blockDim.x + warpSize - 1) / warpSize);
+    if (threadIdx.x % warpSize == 0) {
+        slots[threadIdx.x / warpSize] = v;
+    }
+    __syncthreads();
+    float r = MAX ? -TANDEM_INF : 0.0f;
+    for (int w = 0; w < waves; ++w) {
+        r = MAX ? fmaxf(r, slots[w]) : r + slots[w];
+    }
+    return r;
+}
+
+// What llama.cpp's MoE router computes from each token's logits, in one block per token:
+// p = soft_max(logits) (scale 1, no mask: max, exponentials, their sum, times its inverse),
+// ids = the first k columns of ARGSORT(p, descending) (the same keys as tandem_argsort_f32, so
+// ties and NaN fall as the CPU orders them), weights = GET_ROWS(p, ids). The rest of the ARGSORT
+// row and p itself are not written: the plan fuses these nodes only where nothing else reads
+// them. Each thread holds up to TANDEM_TOPK_PER_THREAD logits; k rounds each take the block's
+// smallest key, whose owner writes its index and probability.
+extern "C" __global__ void __launch_bounds__(256)
+tandem_topk_moe_f32(const char* logits, char* ids, char* weights, tandem_topk_moe_shape s) {
+    __shared__ float max_slots[TANDEM_TOPK_MAX_WAVES];
+    __shared__ float sum_slots[TANDEM_TOPK_MAX_WAVES];
+    __shared__ u64 key_slots[2][TANDEM_TOPK_MAX_WAVES];
+    const int waves = (int)((blockDim.x + warpSize - 1) / warpSize);
+    for (i64 r = blockIdx.x; r < s.t; r += gridDim.x) {
+        const float* x = (const float*)(logits + r * s.nbx1);
+        float v[TANDEM_TOPK_PER_THREAD];
+        float mx = -TANDEM_INF;
+#pragma unroll
+        for (int j = 0; j < TANDEM_TOPK_PER_THREAD; ++j) {
+            const i64 i = threadIdx.x + (i64)j * blockDim.x;
+            v[j] = i < s.e ? x[i] : -TANDEM_INF;
+            mx = fmaxf(mx, v[j]);
+        }
+        mx = tandem_topk_block_reduce<true>(mx, max_slots);
+        float part = 0.0f;
+#pragma unroll
+        for (int j = 0; j < TANDEM_TOPK_PER_THREAD; ++j) {
+            const i64 i = threadIdx.x + (i64)j * blockDim.x;
+            if (i < s.e) {
+                v[j] = expf(v[j] - mx);
+                part += v[j];
+            }
+        }
+        const float inv = 1.0f / tandem_topk_block_reduce<false>(part, sum_slots);
+        u64 key[TANDEM_TOPK_PER_THREAD];
+#pragma unroll
+        for (int j = 0; j < TANDEM_TOPK_PER_THREAD; ++j) {
+            const i64 i = threadIdx.x + (i64)j * blockDim.x;
+            key[j] = ~0ull;
+            if (i < s.e) {
+                v[j] *= inv;
+                key[j] = ((u64)tandem_sort_descending_key(v[j]) << 32) | (u64)(u32)i;
+            }
+        }
+        for (i64 q = 0; q < s.k; ++q) {
+            u64 best = ~0ull;
+#pragma unroll
+            for (int j = 0; j < TANDEM_TOPK_PER_THREAD; ++j) best = key[j] < best ? key[j] : best;
+            best = tandem_wave_min_u64(best);
+            // Alternate slots: a thread writing round q + 2's has passed round q + 1's barrier,
+            // so every thread has read round q's by then.
+            u64* slots = key_slots[q & 1];
+            if (threadIdx.x % warpSize == 0) {
+                slots[threadIdx.x / warpSize] = best;
+            }
+            __syncthreads();
+            best = ~0ull;
+            for (int w = 0; w < waves; ++w) best = slots[w] < best ? slots[w] : best;
+#pragma unroll
+            for (int j = 0; j < TANDEM_TOPK_PER_THREAD; ++j) {
+                if (key[j] == best) {
+                    *(i32*)(ids + r * s.nbi1 + q * 4) = (i32)(u32)best;
+                    *(float*)(weights + q * s.nbw1 + r * s.nbw2) = v[j];
+                    key[j] = ~0ull;
+                }
+            }
+        }
+        // The next token reuses every slot.
+        __syncthreads();
+    }
+}

@@ -1,7 +1,8 @@
 use crate::KernelSource;
 
-/// Row-wise f32 ops: norms (alone and with the next MUL folded in), SUM_ROWS, SOFT_MAX, ARGSORT,
-/// and FLASH_ATTN_EXT (a softmax over rows of scores).
+/// Row-wise f32 ops: norms (alone and with the next MUL folded in), SUM_ROWS (alone and as the
+/// CLAMP/DIV normalization of MoE weights), SOFT_MAX, ARGSORT (alone and as a MoE router's top
+/// k), and FLASH_ATTN_EXT (a softmax over rows of scores).
 pub(crate) const FAMILIES: &[KernelSource] = &[
     KernelSource {
         family: "norm",
@@ -13,6 +14,7 @@ pub(crate) const FAMILIES: &[KernelSource] = &[
             "tandem_rms_norm_mul_f32",
             "tandem_norm_mul_f32",
             "tandem_sum_rows_f32",
+            "tandem_sum_clamp_div_f32",
         ],
         options: &[],
     },
@@ -27,7 +29,7 @@ pub(crate) const FAMILIES: &[KernelSource] = &[
         family: "rowsort",
         file: "rowsort.hip",
         source: include_str!("../rowsort.hip"),
-        entries: &["tandem_argsort_f32"],
+        entries: &["tandem_argsort_f32", "tandem_topk_moe_f32"],
         options: &[],
     },
     KernelSource {

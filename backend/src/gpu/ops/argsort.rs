@@ -1,6 +1,8 @@
 //! ARGSORT of `kernels-hip/src/rowsort.hip`: f32 rows into i32 indices, ascending or
 //! descending, in exactly the CPU's order (ties by index, NaN last, -0 == +0). One block sorts a
-//! row in shared memory, so rows longer than [`MAX_COLS`] go to the CPU.
+//! row in shared memory, so rows longer than [`MAX_COLS`] go to the CPU. Also a MoE router's
+//! SOFT_MAX, descending ARGSORT, its first k columns and the GET_ROWS of their probabilities,
+//! fused into one kernel (`tandem_topk_moe_f32`).
 
 use super::rows::{aligned_strides, non_empty, row_launch};
 use crate::gpu::kernels::KernelError;
@@ -11,13 +13,108 @@ use tandem_graph::{params, ElemType, Op};
 
 pub const FAMILY: &str = "rowsort";
 
-pub const REGISTRATIONS: &[Registration] = &[Registration {
-    name: "hip.argsort_f32",
-    op: Op::Argsort,
-    fuses: None,
-    accepts,
-    launch,
-}];
+pub const REGISTRATIONS: &[Registration] = &[
+    Registration {
+        name: "hip.argsort_f32",
+        op: Op::Argsort,
+        fuses: None,
+        accepts,
+        launch,
+    },
+    Registration {
+        name: "hip.topk_moe_f32",
+        op: Op::SoftMax,
+        fuses: Some(Op::GetRows),
+        accepts: accepts_topk_moe,
+        launch: launch_topk_moe,
+    },
+];
+
+/// `tandem_topk_moe_shape` of rowsort.hip.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TopkMoeShape {
+    pub e: i64,
+    pub t: i64,
+    pub k: i64,
+    pub nbx1: i64,
+    pub nbi1: i64,
+    pub nbw1: i64,
+    pub nbw2: i64,
+}
+const _: () = assert!(std::mem::size_of::<TopkMoeShape>() == 56);
+
+/// Most experts a router of `tandem_topk_moe_f32` takes: 8 logits a thread, 256 threads.
+pub const TOPK_MAX_EXPERTS: i64 = 2048;
+
+/// The fused router's shape for SOFT_MAX `node` (of the logits, `[e, t]`) and the GET_ROWS
+/// `next` that picks the probabilities of the first k columns of their descending ARGSORT (`[1,
+/// k, t]`, from a `[1, e, t]` reshape of the probabilities, by a `[k, t]` view of the ARGSORT).
+/// The plan's chain (`exec::topk_moe_chain`) checks how the nodes connect; this checks the
+/// params, types and layouts the kernel reads and writes.
+fn topk_moe_shape(node: &Node<'_>, next: &Node<'_>) -> Option<TopkMoeShape> {
+    let (x, p) = (node.src(0)?, node.dst);
+    if p.op != Op::SoftMax || node.src(1).is_some() || node.src(2).is_some() {
+        return None;
+    }
+    let sm = params::SoftMaxParams::read(p);
+    if sm.scale != 1.0 || sm.max_bias != 0.0 {
+        return None;
+    }
+    let [e, t, one2, one3] = x.ne;
+    if x.ty != ElemType::F32 || p.ty != ElemType::F32 || p.ne != x.ne || one2 != 1 || one3 != 1 {
+        return None;
+    }
+    let (probs, ids, w) = (next.src(0)?, next.src(1)?, next.dst);
+    let k = ids.ne[0];
+    if next.dst.op != Op::GetRows || probs.ne != [1, e, t, 1] || ids.ty != ElemType::I32 || ids.ne != [k, t, 1, 1] {
+        return None;
+    }
+    if w.ty != ElemType::F32 || w.ne != [1, k, t, 1] || k < 1 || k > e || e > TOPK_MAX_EXPERTS {
+        return None;
+    }
+    let (nbx, nbi, nbw) = (aligned_strides(x, 4)?, aligned_strides(ids, 4)?, aligned_strides(w, 4)?);
+    if nbx[0] != 4 || nbi[0] != 4 {
+        return None;
+    }
+    Some(TopkMoeShape {
+        e,
+        t,
+        k,
+        nbx1: nbx[1],
+        nbi1: nbi[1],
+        nbw1: nbw[1],
+        nbw2: nbw[2],
+    })
+}
+
+fn accepts_topk_moe(node: &Node<'_>, next: Option<&Node<'_>>) -> bool {
+    next.is_some_and(|n| topk_moe_shape(node, n).is_some())
+}
+
+/// Threads of a router block: a multiple of 64 (whole waves on every device) holding at most 8
+/// logits each.
+pub fn topk_threads(e: i64) -> u32 {
+    (((e + 8 * 64 - 1) / (8 * 64)) * 64).clamp(64, 256) as u32
+}
+
+/// # Safety
+/// As [`crate::gpu::registry::Launch`]; `next` is the chain's GET_ROWS.
+unsafe fn launch_topk_moe(ctx: &LaunchCtx<'_>, node: &Node<'_>, next: Option<&Node<'_>>) -> Result<(), KernelError> {
+    let next = next.ok_or_else(|| launch_error("launch_topk_moe", "no GET_ROWS"))?;
+    let shape = topk_moe_shape(node, next).ok_or_else(|| launch_error("launch_topk_moe", "node not accepted"))?;
+    let (x, ids) = match (node.src(0), next.src(1)) {
+        (Some(x), Some(ids)) => (x, ids),
+        _ => return Err(launch_error("launch_topk_moe", "missing source")),
+    };
+    let f = ctx.kernels.function(FAMILY, "tandem_topk_moe_f32")?;
+    let mut args = KernelArgs::new();
+    args.push(dptr(x)).push(dptr(ids)).push(dptr(next.dst)).push(shape);
+    let cfg = row_launch([1, shape.t, 1, 1], topk_threads(shape.e), 0);
+    // SAFETY: the parameters are (const char*, char*, char*, tandem_topk_moe_shape); each token's
+    // e logits are read, k ids written at the ids view's strides and k weights at dst's.
+    unsafe { ctx.stream.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu)
+}
 
 /// Longest row sorted on the GPU: 4096 u64 keys are 32 KiB of shared memory, inside the 48 KiB
 /// every device grants without opt-in.

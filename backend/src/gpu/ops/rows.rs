@@ -41,6 +41,13 @@ pub const REGISTRATIONS: &[Registration] = &[
         launch: launch_norm,
     },
     Registration {
+        name: "hip.sum_clamp_div_f32",
+        op: Op::SumRows,
+        fuses: Some(Op::Div),
+        accepts: accepts_sum_clamp_div,
+        launch: launch_sum_clamp_div,
+    },
+    Registration {
         name: "hip.sum_rows_f32",
         op: Op::SumRows,
         fuses: None,
@@ -277,6 +284,52 @@ unsafe fn launch_sum_rows(ctx: &LaunchCtx<'_>, node: &Node<'_>, _next: Option<&N
     let cfg = row_launch(shape.ne, row_block(shape.ne[0]), 0);
     // SAFETY: the parameters are (const char*, char*, tandem_row_shape); one f32 per source row
     // is written at dst's strides, checked against dst's shape.
+    unsafe { ctx.stream.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu)
+}
+
+/// SUM_ROWS `node` and the DIV `next` of llama.cpp's weight normalization, `x / clamp(sum_rows(x),
+/// lo, hi)`: the DIV divides the SUM_ROWS's own source by the CLAMP of its result (the plan's
+/// chain, `exec::sum_clamp_div_chain`, checks that the CLAMP reads the sum). Returns the shape
+/// (dst's strides in `nbw`) and the clamp's bounds.
+fn sum_clamp_div_shape(node: &Node<'_>, next: &Node<'_>) -> Option<(RowShape, f32, f32)> {
+    let mut shape = sum_rows_shape(node)?;
+    let x = node.src(0)?;
+    let (a, c, d) = (next.src(0)?, next.src(1)?, next.dst);
+    if d.op != Op::Div || c.op != Op::Clamp || !is_f32(c) || !is_f32(d) || c.ne != node.dst.ne {
+        return None;
+    }
+    if !(std::ptr::eq(a, x) || (a.data == x.data && a.ne == x.ne && a.nb == x.nb)) || d.ne != x.ne {
+        return None;
+    }
+    let (lo, hi) = params::clamp_params(c);
+    shape.nbw = aligned_strides(d, 4)?;
+    Some((shape, lo, hi))
+}
+
+fn accepts_sum_clamp_div(node: &Node<'_>, next: Option<&Node<'_>>) -> bool {
+    next.is_some_and(|n| sum_clamp_div_shape(node, n).is_some())
+}
+
+/// # Safety
+/// As [`crate::gpu::registry::Launch`]; `next` is the chain's DIV.
+unsafe fn launch_sum_clamp_div(
+    ctx: &LaunchCtx<'_>,
+    node: &Node<'_>,
+    next: Option<&Node<'_>>,
+) -> Result<(), KernelError> {
+    let next = next.ok_or_else(|| launch_error("launch_sum_clamp_div", "no DIV"))?;
+    let (shape, lo, hi) =
+        sum_clamp_div_shape(node, next).ok_or_else(|| launch_error("launch_sum_clamp_div", "node not accepted"))?;
+    let src = node
+        .src(0)
+        .ok_or_else(|| launch_error("launch_sum_clamp_div", "no source"))?;
+    let f = ctx.kernels.function(FAMILY, "tandem_sum_clamp_div_f32")?;
+    let mut args = KernelArgs::new();
+    args.push(dptr(src)).push(dptr(next.dst)).push(shape).push(lo).push(hi);
+    // The block size of SUM_ROWS alone, so the sum is reduced in the same order.
+    let cfg = row_launch(shape.ne, row_block(shape.ne[0]), 0);
+    // SAFETY: the parameters are (const char*, char*, tandem_row_shape, float, float); every row
+    // of src is read and the same row of dst (its strides in nbw, dst of src's extents) written.
     unsafe { ctx.stream.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu)
 }
 
