@@ -90,25 +90,75 @@ TANDEM_DEVICE void tandem_norm_rows(const char* src, const char* other, char* ds
 // ggml_rms_norm: x / sqrt(mean(x^2) + eps).
 extern "C" __global__ void __launch_bounds__(1024)
 tandem_rms_norm_f32(const char* src, char* dst, tandem_row_shape s, float eps) {
+    tandem_grid_release();
     tandem_norm_rows<true, false>(src, nullptr, dst, s, eps);
 }
 
 // ggml_norm: (x - mean) / sqrt(var + eps).
 extern "C" __global__ void __launch_bounds__(1024)
 tandem_norm_f32(const char* src, char* dst, tandem_row_shape s, float eps) {
+    tandem_grid_release();
     tandem_norm_rows<false, false>(src, nullptr, dst, s, eps);
 }
 
 // RMS_NORM then MUL by `other` (repeated over the rows as ggml_mul repeats its src1).
 extern "C" __global__ void __launch_bounds__(1024)
 tandem_rms_norm_mul_f32(const char* src, const char* other, char* dst, tandem_row_shape s, float eps) {
+    tandem_grid_release();
     tandem_norm_rows<true, true>(src, other, dst, s, eps);
 }
 
 // NORM then MUL by `other`.
 extern "C" __global__ void __launch_bounds__(1024)
 tandem_norm_mul_f32(const char* src, const char* other, char* dst, tandem_row_shape s, float eps) {
+    tandem_grid_release();
     tandem_norm_rows<false, true>(src, other, dst, s, eps);
+}
+
+// Byte strides of an ADD's two operands, of the extents of its result (mirrors `AddStrides` in
+// backend/src/gpu/ops/rows.rs).
+struct tandem_add_strides {
+    i64 nba[4];
+    i64 nbb[4];
+};
+
+// ADD, then RMS_NORM of its result, then MUL by `other`, as a transformer's residual stream meets
+// the next norm: sum = a + b is written (later nodes read it), dst = rms_norm(sum) * other. The
+// rounding and the reduction order (for the same block size) are those of the ADD kernel and of
+// tandem_rms_norm_mul_f32, so the results are theirs to the bit. s describes sum (nbs), dst (nbd)
+// and other; a row of a and b is read before the row's first barrier and sum is read back only
+// by the thread that wrote it, so sum may be a or b in place.
+extern "C" __global__ void __launch_bounds__(1024)
+tandem_add_rms_norm_mul_f32(const char* a, const char* b, char* sum, const char* other, char* dst,
+                            tandem_row_shape s, tandem_add_strides t, float eps) {
+    tandem_grid_release();
+    __shared__ float slots[TANDEM_NORM_MAX_WAVES];
+    const i64 rows = s.ne[1] * s.ne[2] * s.ne[3];
+    const i64 n = s.ne[0];
+    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        const i64 i1 = r % s.ne[1];
+        const i64 i2 = (r / s.ne[1]) % s.ne[2];
+        const i64 i3 = r / (s.ne[1] * s.ne[2]);
+        const char* pa = a + i1 * t.nba[1] + i2 * t.nba[2] + i3 * t.nba[3];
+        const char* pb = b + i1 * t.nbb[1] + i2 * t.nbb[2] + i3 * t.nbb[3];
+        char* x = sum + i1 * s.nbs[1] + i2 * s.nbs[2] + i3 * s.nbs[3];
+        char* d = dst + i1 * s.nbd[1] + i2 * s.nbd[2] + i3 * s.nbd[3];
+        float part = 0.0f;
+        for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+            const float v = __fadd_rn(*(const float*)(pa + i * t.nba[0]), *(const float*)(pb + i * t.nbb[0]));
+            *(float*)(x + i * s.nbs[0]) = v;
+            part += v * v;
+        }
+        const float var = tandem_norm_block_sum(part, slots) / (float)n;
+        const float scale = 1.0f / sqrtf(var + eps);
+        const char* w = other + (i1 % s.new_[1]) * s.nbw[1] + (i2 % s.new_[2]) * s.nbw[2] + (i3 % s.new_[3]) * s.nbw[3];
+        const bool whole = s.new_[0] == n;
+        for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+            const float y = *(const float*)(x + i * s.nbs[0]) * scale;
+            const i64 j = whole ? i : i % s.new_[0];
+            *(float*)(d + i * s.nbd[0]) = y * *(const float*)(w + j * s.nbw[0]);
+        }
+    }
 }
 
 // ggml_sum_rows: dst[0, i1, i2, i3] = sum of src row (i1, i2, i3).
@@ -138,6 +188,7 @@ tandem_sum_rows_f32(const char* src, char* dst, tandem_row_shape s) {
 // result is the three nodes' to the bit. s.nbw holds dst's strides.
 extern "C" __global__ void __launch_bounds__(1024)
 tandem_sum_clamp_div_f32(const char* src, char* dst, tandem_row_shape s, float lo, float hi) {
+    tandem_grid_release();
     __shared__ float slots[TANDEM_NORM_MAX_WAVES];
     const i64 rows = s.ne[1] * s.ne[2] * s.ne[3];
     for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {

@@ -449,14 +449,32 @@ pub fn plan(g: &Graph, kinds: &[MemKind], registry: &Registry, log: bool, split:
 
 /// The last node of a chain of nodes from node `i` on that one registration computes whole
 /// (the registration then gets node `i` and that last node): [`moe_sum_chain`],
-/// [`topk_moe_chain`] or [`sum_clamp_div_chain`].
+/// [`topk_moe_chain`], [`sum_clamp_div_chain`] or [`add_norm_chain`].
 pub fn fused_chain(g: &Graph, kinds: &[MemKind], i: usize, uses: &[u32]) -> Option<usize> {
     match g.tensor(g.nodes[i]).op {
         Op::Mul => moe_sum_chain(g, kinds, i, uses),
         Op::SoftMax => topk_moe_chain(g, kinds, i, uses),
         Op::SumRows => sum_clamp_div_chain(g, kinds, i, uses),
+        Op::Add => add_norm_chain(g, kinds, i, uses),
         _ => None,
     }
+}
+
+/// A residual ADD met by the next norm from node `i`: `s = ADD(x, y)`, `n = RMS_NORM(s)`,
+/// `MUL(n, w)` (either operand order), consecutive, `n` read by the MUL only; returns the MUL's
+/// index. `s` itself may be read later (the fused kernel writes it).
+pub fn add_norm_chain(g: &Graph, kinds: &[MemKind], i: usize, uses: &[u32]) -> Option<usize> {
+    let (s, n, m) = (g.nodes[i], *g.nodes.get(i + 1)?, *g.nodes.get(i + 2)?);
+    let (st, nt, mt) = (g.tensor(s), g.tensor(n), g.tensor(m));
+    let chained = st.op == Op::Add
+        && nt.op == Op::RmsNorm
+        && mt.op == Op::Mul
+        && nt.src[0] == Some(s)
+        && mt.src.contains(&Some(n))
+        && !mt.src.contains(&Some(s))
+        && !nt.output
+        && uses[n.index()] == 1;
+    (chained && gpu_visible(g, kinds, n) && gpu_visible(g, kinds, m)).then_some(i + 2)
 }
 
 /// A MoE router as llama.cpp builds it from node `i`, a SOFT_MAX `p` of the logits (no mask):
@@ -1251,6 +1269,47 @@ mod tests {
         let g4 = b.build();
         let kinds4 = vec![MemKind::Device; g4.tensors.len()];
         assert_eq!(moe_sum_chain(&g4, &kinds4, 0, &consumers(&g4)), None);
+    }
+
+    /// A residual ADD, the RMS_NORM of its sum and the MUL by the norm's weight: a chain from the
+    /// ADD to the MUL, with the sum read again later; not where something else reads the norm,
+    /// the norm is an output, or the MUL reads the sum itself.
+    #[test]
+    fn the_residual_add_norm_chain_is_found() {
+        fn build(extra_norm_reader: bool, mul_reads_sum: bool) -> Graph {
+            let mut b = GraphBuilder::new();
+            let x = b.new_tensor(ElemType::F32, &[64, 2]);
+            let y = b.new_tensor(ElemType::F32, &[64, 2]);
+            let w = b.new_tensor(ElemType::F32, &[64]);
+            let s = b.add(x, y).unwrap();
+            let n = b.rms_norm(s, 1e-6);
+            let m = if mul_reads_sum {
+                b.mul(n, s).unwrap()
+            } else {
+                b.mul(n, w).unwrap()
+            };
+            let r = b.add(m, s).unwrap();
+            if extra_norm_reader {
+                b.add(r, n).unwrap();
+            }
+            b.build()
+        }
+        let g = build(false, false);
+        let kinds = vec![MemKind::Device; g.tensors.len()];
+        assert_eq!(add_norm_chain(&g, &kinds, 0, &consumers(&g)), Some(2));
+        assert_eq!(fused_chain(&g, &kinds, 0, &consumers(&g)), Some(2));
+        // The second ADD starts no chain.
+        assert_eq!(add_norm_chain(&g, &kinds, 3, &consumers(&g)), None);
+        let g2 = build(true, false);
+        assert_eq!(add_norm_chain(&g2, &kinds, 0, &consumers(&g2)), None);
+        let g3 = build(false, true);
+        assert_eq!(add_norm_chain(&g3, &kinds, 0, &consumers(&g3)), None);
+        let mut out = g.clone();
+        out.tensor_mut(g.nodes[1]).output = true;
+        assert_eq!(add_norm_chain(&out, &kinds, 0, &consumers(&out)), None);
+        let mut host = kinds.clone();
+        host[g.nodes[2].index()] = MemKind::Host;
+        assert_eq!(add_norm_chain(&g, &host, 0, &consumers(&g)), None);
     }
 
     #[test]

@@ -254,7 +254,88 @@ impl Scratch {
     }
 }
 
+/// Whether a kernel that writes `w` while it still reads `r` may change bytes of `r` before it
+/// reads them: their byte spans meet and they are not the same elements (one address, extents
+/// and strides: a row-local kernel reads such a row before it writes it). A fused chain needs
+/// this check where ggml's allocator, which expects the chain's nodes one after another, freed a
+/// source after the chain's first node and placed a later node's result over its bytes.
+pub fn clobbers(w: &Tensor, r: &Tensor) -> bool {
+    if w.data == 0 || r.data == 0 {
+        return false;
+    }
+    let (ws, we) = (w.data, w.data + w.nbytes());
+    let (rs, re) = (r.data, r.data + r.nbytes());
+    let same = w.data == r.data && w.ne == r.ne && w.nb == r.nb && w.ty.type_size() == r.ty.type_size();
+    ws < re && rs < we && !same
+}
+
+/// Where a fused kernel reads each of `reads` from: the tensor's own bytes, or, where writing one
+/// of `writes` could clobber them first ([`clobbers`]), a copy of its byte span in scratch memory
+/// queued ahead of the kernel (same strides from the returned address). The launcher must not
+/// take scratch memory for anything else.
+///
+/// # Safety
+/// As [`Launch`]: every tensor's `data` is a device address covering its bytes.
+pub unsafe fn read_apart(
+    ctx: &LaunchCtx<'_>,
+    reads: &[&Tensor],
+    writes: &[&Tensor],
+) -> Result<Vec<DevicePtr>, KernelError> {
+    let hit: Vec<bool> = reads.iter().map(|r| writes.iter().any(|w| clobbers(w, r))).collect();
+    if !hit.contains(&true) {
+        return Ok(reads.iter().map(|r| dptr(r)).collect());
+    }
+    let at = |n: usize| n.div_ceil(256) * 256;
+    let total: usize = reads
+        .iter()
+        .zip(&hit)
+        .filter(|(_, &h)| h)
+        .map(|(r, _)| at(r.nbytes()))
+        .sum();
+    let base = ctx.scratch.get(total)?;
+    let mut off = 0;
+    let mut out = Vec::with_capacity(reads.len());
+    for (r, &h) in reads.iter().zip(&hit) {
+        if !h {
+            out.push(dptr(r));
+            continue;
+        }
+        let to = base.offset(off);
+        // SAFETY: r's span is device memory (caller); the scratch region holds `total` bytes.
+        unsafe { ctx.stream.copy_dtod_async(to, dptr(r), r.nbytes()) }.map_err(KernelError::Gpu)?;
+        out.push(to);
+        off += at(r.nbytes());
+    }
+    Ok(out)
+}
+
 /// A launcher's error for a node its predicate should have declined.
 pub fn launch_error(call: &'static str, message: impl Into<String>) -> KernelError {
     KernelError::Gpu(GpuError::other(call, message))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clobbers;
+    use tandem_graph::{ElemType, Tensor};
+
+    fn at(data: usize, ne: &[i64]) -> Tensor {
+        let mut t = Tensor::new(ElemType::F32, ne);
+        t.data = data;
+        t
+    }
+
+    /// Spans that meet clobber unless they are the same elements; apart, or not yet placed, they
+    /// do not.
+    #[test]
+    fn writes_clobber_reads_they_overlap_out_of_step() {
+        let r = at(4096, &[64, 4]);
+        assert!(!clobbers(&at(4096, &[64, 4]), &r), "the same elements");
+        assert!(clobbers(&at(4096 + 256, &[64, 4]), &r), "one row on");
+        assert!(clobbers(&at(4096 - 256, &[64, 4]), &r), "one row back");
+        assert!(clobbers(&at(4096, &[32, 8]), &r), "same bytes, other rows");
+        assert!(!clobbers(&at(4096 + 1024, &[64, 4]), &r), "right after");
+        assert!(!clobbers(&at(4096 - 1024, &[64, 4]), &r), "right before");
+        assert!(!clobbers(&at(0, &[64, 4]), &r), "not placed");
+    }
 }

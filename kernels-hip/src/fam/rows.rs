@@ -1,6 +1,7 @@
 use crate::KernelSource;
 
-/// Row-wise f32 ops: norms (alone and with the next MUL folded in), SUM_ROWS (alone and as the
+/// Row-wise f32 ops: norms (alone, with the next MUL folded in, and RMS_NORM with the residual ADD
+/// before it), SUM_ROWS (alone and as the
 /// CLAMP/DIV normalization of MoE weights), SOFT_MAX, ARGSORT (alone and as a MoE router's top
 /// k), and FLASH_ATTN_EXT (a softmax over rows of scores).
 pub(crate) const FAMILIES: &[KernelSource] = &[
@@ -13,6 +14,7 @@ pub(crate) const FAMILIES: &[KernelSource] = &[
             "tandem_norm_f32",
             "tandem_rms_norm_mul_f32",
             "tandem_norm_mul_f32",
+            "tandem_add_rms_norm_mul_f32",
             "tandem_sum_rows_f32",
             "tandem_sum_clamp_div_f32",
         ],

@@ -1,5 +1,7 @@
-//! NORM, RMS_NORM and L2_NORM: odd and model-sized rows, two epsilons, permuted input, in place; and a
-//! norm followed by the MUL by a weight (the pair a GPU may fuse), judged on the MUL's result.
+//! NORM, RMS_NORM and L2_NORM: odd and model-sized rows, two epsilons, permuted input, in place; a
+//! norm followed by the MUL by a weight (the pair a GPU may fuse), judged on the MUL's result; and
+//! a residual ADD met by the next RMS_NORM and MUL (the chain a GPU may fuse), judged on a second
+//! ADD that reads both the first sum and the MUL's result, as the next residual does.
 
 use super::{dims, Case, Setup};
 use tandem_graph::{ElemType, Op};
@@ -55,6 +57,30 @@ fn norm_mul(op: Op, ne: [i64; 4], wne: [i64; 4], w_first: bool) -> Case {
     })
 }
 
+/// `s = x + y; out = rms_norm(s) * w` (`w * rms_norm(s)` when `w_first`), judged on `out + s`;
+/// `inplace`: the sum written over x.
+fn add_norm_mul(ne: [i64; 4], wne: [i64; 4], w_first: bool, inplace: bool) -> Case {
+    let name = format!(
+        "ADD(MUL(RMS_NORM(ADD(ne={})),w={}{}){})",
+        dims(&ne),
+        dims(&wne),
+        if w_first { ",w_first" } else { "" },
+        if inplace { ",inplace" } else { "" }
+    );
+    Case::new(Op::Add, name, move |s: &mut Setup| {
+        let x = s.input(ElemType::F32, &ne)?;
+        let y = s.input(ElemType::F32, &ne)?;
+        let w = s.input(ElemType::F32, &wne)?;
+        let sum = s.g.add(x, y)?;
+        if inplace {
+            s.make_inplace(sum, x);
+        }
+        let n = s.g.rms_norm(sum, 1e-5);
+        let out = if w_first { s.g.mul(w, n)? } else { s.g.mul(n, w)? };
+        s.g.add(out, sum)
+    })
+}
+
 pub fn cases(v: &mut Vec<Case>) {
     for op in [Op::Norm, Op::RmsNorm, Op::L2Norm] {
         for ne in [
@@ -79,4 +105,9 @@ pub fn cases(v: &mut Vec<Case>) {
         v.push(norm_mul(op, [67, 3, 2, 1], [67, 1, 2, 1], false));
         v.push(norm_mul(op, [256, 4, 1, 1], [256, 4, 1, 1], true));
     }
+    v.push(add_norm_mul([4096, 1, 1, 1], [4096, 1, 1, 1], false, false));
+    v.push(add_norm_mul([2048, 7, 1, 1], [2048, 1, 1, 1], false, false));
+    v.push(add_norm_mul([67, 3, 2, 1], [67, 1, 2, 1], false, false));
+    v.push(add_norm_mul([256, 4, 1, 1], [256, 4, 1, 1], true, false));
+    v.push(add_norm_mul([4096, 3, 1, 1], [4096, 1, 1, 1], false, true));
 }

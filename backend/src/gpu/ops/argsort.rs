@@ -6,7 +6,7 @@
 
 use super::rows::{aligned_strides, non_empty, row_launch};
 use crate::gpu::kernels::KernelError;
-use crate::gpu::registry::{dptr, launch_error, LaunchCtx, Node, Registration};
+use crate::gpu::registry::{dptr, launch_error, read_apart, LaunchCtx, Node, Registration};
 use crate::gpu::safe::KernelArgs;
 use tandem_graph::op::SortOrder;
 use tandem_graph::{params, ElemType, Op};
@@ -108,8 +108,10 @@ unsafe fn launch_topk_moe(ctx: &LaunchCtx<'_>, node: &Node<'_>, next: Option<&No
         _ => return Err(launch_error("launch_topk_moe", "missing source")),
     };
     let f = ctx.kernels.function(FAMILY, "tandem_topk_moe_f32")?;
+    // SAFETY: the registry contract gives device addresses covering each tensor.
+    let at = unsafe { read_apart(ctx, &[x], &[ids, next.dst]) }?;
     let mut args = KernelArgs::new();
-    args.push(dptr(x)).push(dptr(ids)).push(dptr(next.dst)).push(shape);
+    args.push(at[0]).push(dptr(ids)).push(dptr(next.dst)).push(shape);
     let cfg = row_launch([1, shape.t, 1, 1], topk_threads(shape.e), 0);
     // SAFETY: the parameters are (const char*, char*, char*, tandem_topk_moe_shape); each token's
     // e logits are read, k ids written at the ids view's strides and k weights at dst's.

@@ -15,7 +15,7 @@ use crate::gpu::elementwise::{
     BinaryShape, Combine, Map, MoeSumShape, UnaryShape,
 };
 use crate::gpu::kernels::KernelError;
-use crate::gpu::registry::{dptr, launch_error, LaunchCtx, Node, Registration};
+use crate::gpu::registry::{dptr, launch_error, read_apart, LaunchCtx, Node, Registration};
 use tandem_graph::params::{clamp_params, glu_op, scale_params, unary_op};
 use tandem_graph::{ElemType, Op, Tensor};
 
@@ -260,10 +260,12 @@ unsafe fn launch_moe_sum_node(
     let last = next.ok_or_else(|| launch_error("hip.moe_sum_f32", "no ADD chain"))?;
     let shape = moe_sum_shape(node, last).ok_or_else(|| launch_error("hip.moe_sum_f32", "not a MoE sum"))?;
     let (x, w) = sources2(node, "hip.moe_sum_f32")?;
-    // SAFETY: the predicate checked types, extents and strides; the registry contract gives
-    // device addresses covering each tensor. The product itself is never written: only the
-    // chain's views read it, and the plan fused them all.
-    unsafe { launch_moe_sum(ctx.kernels, ctx.stream, dptr(x), dptr(w), dptr(last.dst), &shape) }
+    // SAFETY: the registry contract gives device addresses covering each tensor.
+    let at = unsafe { read_apart(ctx, &[x, w], &[last.dst]) }?;
+    // SAFETY: the predicate checked types, extents and strides; x and w are read where read_apart
+    // says, with their own strides. The product itself is never written: only the chain's views
+    // read it, and the plan fused them all.
+    unsafe { launch_moe_sum(ctx.kernels, ctx.stream, at[0], at[1], dptr(last.dst), &shape) }
 }
 
 // ---------------------------------------------------------------- GLU

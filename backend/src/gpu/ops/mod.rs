@@ -15,9 +15,12 @@ pub mod rows;
 pub mod setrows;
 pub mod softmax;
 
+/// In the registry's order: the first enabled registration that accepts a node takes it, so a
+/// registration fusing a chain from an op comes before that op's plain ones (rows' residual
+/// ADD + norm before binary's ADD).
 pub(crate) const PARTS: &[&[Registration]] = &[
-    binary::REGISTRATIONS,
     rows::REGISTRATIONS,
+    binary::REGISTRATIONS,
     softmax::REGISTRATIONS,
     argsort::REGISTRATIONS,
     rope::REGISTRATIONS,

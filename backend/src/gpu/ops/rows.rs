@@ -5,13 +5,20 @@
 
 use crate::gpu::api::LaunchConfig;
 use crate::gpu::kernels::KernelError;
-use crate::gpu::registry::{dptr, launch_error, LaunchCtx, Node, Registration};
+use crate::gpu::registry::{dptr, launch_error, read_apart, LaunchCtx, Node, Registration};
 use crate::gpu::safe::KernelArgs;
 use tandem_graph::{params, ElemType, Op, Tensor};
 
 pub const FAMILY: &str = "norm";
 
 pub const REGISTRATIONS: &[Registration] = &[
+    Registration {
+        name: "hip.add_rms_norm_mul_f32",
+        op: Op::Add,
+        fuses: Some(Op::Mul),
+        accepts: accepts_add_norm_mul,
+        launch: launch_add_norm_mul,
+    },
     Registration {
         name: "hip.rms_norm_mul_f32",
         op: Op::RmsNorm,
@@ -236,15 +243,105 @@ unsafe fn launch_norm_mul(ctx: &LaunchCtx<'_>, node: &Node<'_>, next: Option<&No
         "tandem_norm_mul_f32"
     };
     let f = ctx.kernels.function(FAMILY, entry)?;
+    // The norm's source may be dead once the norm ran, and the MUL's result over its bytes.
+    // SAFETY: the registry contract gives device addresses covering each tensor.
+    let at = unsafe { read_apart(ctx, &[src, other], &[out]) }?;
     let mut args = KernelArgs::new();
-    args.push(dptr(src))
-        .push(dptr(other))
-        .push(dptr(out))
-        .push(shape)
-        .push(eps);
+    args.push(at[0]).push(at[1]).push(dptr(out)).push(shape).push(eps);
     let cfg = row_launch(shape.ne, row_block(shape.ne[0]), 0);
     // SAFETY: the parameters are (const char*, const char*, char*, tandem_row_shape, float); the
     // strides and repeat extents were checked against the three tensors.
+    unsafe { ctx.stream.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu)
+}
+
+/// `tandem_add_strides` of norm.hip: byte strides of an ADD's two operands.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AddStrides {
+    pub nba: [i64; 4],
+    pub nbb: [i64; 4],
+}
+const _: () = assert!(std::mem::size_of::<AddStrides>() == 64);
+
+/// The parts of the chain ADD (`node`), RMS_NORM of its result, MUL of that by a weight (`next`;
+/// the plan's chain, `exec::add_norm_chain`, checks that the norm reads the ADD): the ADD's
+/// operands, the norm, the MUL's other operand, the shapes and eps. The ADD adds two f32 tensors
+/// of its own extents, element for element.
+struct AddNorm<'a> {
+    a: &'a Tensor,
+    b: &'a Tensor,
+    other: &'a Tensor,
+    shape: RowShape,
+    strides: AddStrides,
+    eps: f32,
+}
+
+fn add_norm_parts<'a>(node: &Node<'a>, next: &Node<'a>) -> Option<AddNorm<'a>> {
+    let (a, b, sum) = (node.src(0)?, node.src(1)?, node.dst);
+    if sum.op != Op::Add || !is_f32(a) || !is_f32(b) || !is_f32(sum) || a.ne != sum.ne || b.ne != sum.ne {
+        return None;
+    }
+    // The MUL reads the norm and the weight, not the sum itself.
+    let (m0, m1) = (next.src(0)?, next.src(1)?);
+    if same_tensor(m0, sum) || same_tensor(m1, sum) {
+        return None;
+    }
+    let norm = [m0, m1].into_iter().find(|t| t.op == Op::RmsNorm)?;
+    let mut srcs = [None; tandem_graph::MAX_SRC];
+    srcs[0] = Some(sum);
+    let norm_node = Node { dst: norm, srcs };
+    if norm.ne != sum.ne || !accepts_norm_mul(&norm_node, Some(next)) {
+        return None;
+    }
+    // The sum may be an operand in place, element for element only.
+    if sum.view_src.is_some() && !(a.nb == sum.nb || b.nb == sum.nb) {
+        return None;
+    }
+    let other = fused_other(&norm_node, next)?;
+    Some(AddNorm {
+        a,
+        b,
+        other,
+        shape: norm_shape(sum, next.dst, Some(other))?,
+        strides: AddStrides {
+            nba: aligned_strides(a, 4)?,
+            nbb: aligned_strides(b, 4)?,
+        },
+        eps: params::norm_eps(norm),
+    })
+}
+
+fn accepts_add_norm_mul(node: &Node<'_>, next: Option<&Node<'_>>) -> bool {
+    next.is_some_and(|n| add_norm_parts(node, n).is_some())
+}
+
+/// # Safety
+/// As [`crate::gpu::registry::Launch`]; `next` is the chain's MUL.
+unsafe fn launch_add_norm_mul(
+    ctx: &LaunchCtx<'_>,
+    node: &Node<'_>,
+    next: Option<&Node<'_>>,
+) -> Result<(), KernelError> {
+    let next = next.ok_or_else(|| launch_error("launch_add_norm_mul", "no MUL"))?;
+    let p = add_norm_parts(node, next).ok_or_else(|| launch_error("launch_add_norm_mul", "node not accepted"))?;
+    let f = ctx.kernels.function(FAMILY, "tandem_add_rms_norm_mul_f32")?;
+    // The ADD's operands may be dead once it ran, and the MUL's result over their bytes.
+    // SAFETY: the registry contract gives device addresses covering each tensor.
+    let at = unsafe { read_apart(ctx, &[p.a, p.b, p.other], &[node.dst, next.dst]) }?;
+    let mut args = KernelArgs::new();
+    args.push(at[0])
+        .push(at[1])
+        .push(dptr(node.dst))
+        .push(at[2])
+        .push(dptr(next.dst))
+        .push(p.shape)
+        .push(p.strides)
+        .push(p.eps);
+    // The block size of the norm alone, so the sum of squares is reduced in the same order.
+    let cfg = row_launch(p.shape.ne, row_block(p.shape.ne[0]), 0);
+    // SAFETY: the parameters are (const char*, const char*, char*, const char*, char*,
+    // tandem_row_shape, tandem_add_strides, float); the strides and extents were checked against
+    // the five tensors.
     unsafe { ctx.stream.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu)
 }
 
