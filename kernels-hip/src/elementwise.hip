@@ -256,6 +256,7 @@ TANDEM_DEVICE void tandem_binary_typed(const char* src0, const char* src1, char*
 
 extern "C" __global__ void __launch_bounds__(256)
 tandem_add_f32(const char* src0, const char* src1, char* dst, tandem_binary_shape s) {
+    tandem_grid_release();
     tandem_binary_f32(src0, src1, dst, s, tandem_op_add());
 }
 
@@ -266,6 +267,7 @@ tandem_sub_f32(const char* src0, const char* src1, char* dst, tandem_binary_shap
 
 extern "C" __global__ void __launch_bounds__(256)
 tandem_mul_f32(const char* src0, const char* src1, char* dst, tandem_binary_shape s) {
+    tandem_grid_release();
     tandem_binary_f32(src0, src1, dst, s, tandem_op_mul());
 }
 
@@ -279,6 +281,7 @@ tandem_div_f32(const char* src0, const char* src1, char* dst, tandem_binary_shap
 extern "C" __global__ void __launch_bounds__(256)
 tandem_binary_any(const char* src0, const char* src1, char* dst, tandem_binary_shape s,
                   int op, int t0, int t1, int td) {
+    tandem_grid_release();
     switch (op) {
     case TANDEM_BIN_ADD: tandem_binary_typed(src0, src1, dst, s, tandem_op_add(), t0, t1, td); break;
     case TANDEM_BIN_SUB: tandem_binary_typed(src0, src1, dst, s, tandem_op_sub(), t0, t1, td); break;
@@ -551,6 +554,7 @@ struct tandem_moe_sum_shape {
 // rows are 16-byte aligned.
 extern "C" __global__ void __launch_bounds__(256)
 tandem_moe_sum_f32(const char* x, const char* w, char* dst, tandem_moe_sum_shape s) {
+    tandem_grid_release();
     const bool vec = (s.e & 3) == 0 && s.nbw0 == 0 &&
                      (((unsigned long long)x | (unsigned long long)dst | (unsigned long long)s.nbx1 |
                        (unsigned long long)s.nbx2 | (unsigned long long)s.nbd1) & 15) == 0;

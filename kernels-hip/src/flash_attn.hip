@@ -619,6 +619,7 @@ extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS) tandem_fa_any_l(
 // each, sixteen groups of them sharing the splits out and adding up their parts in shared memory.
 extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS)
 tandem_fa_reduce(const float* partial, const char* sinks, char* dst, tandem_fa_shape s) {
+    tandem_grid_release();
     __shared__ float w_s[1024];
     __shared__ __align__(16) float o_s[16][32];
     __shared__ float slots[TANDEM_FA_THREADS / 16 + 1];
@@ -1107,6 +1108,7 @@ TANDEM_DEVICE void tandem_fa_mma(const char* q, const char* k, const char* v, co
 template <int D>
 TANDEM_DEVICE void tandem_fa_mmd(const char* q, const char* k, const char* v, const char* mask, const char* sinks,
                                  char* dst, float* partial, const tandem_fa_shape& s) {
+    tandem_grid_release();
 #if defined(TANDEM_FA_MMA)
     constexpr int KT = 64;
     constexpr int SS = 2 * D + 16;

@@ -136,6 +136,7 @@ TANDEM_DEVICE float tandem_topk_block_reduce(float v, float* slots) {
 // smallest key, whose owner writes its index and probability.
 extern "C" __global__ void __launch_bounds__(256)
 tandem_topk_moe_f32(const char* logits, char* ids, char* weights, tandem_topk_moe_shape s) {
+    tandem_grid_release();
     __shared__ float max_slots[TANDEM_TOPK_MAX_WAVES];
     __shared__ float sum_slots[TANDEM_TOPK_MAX_WAVES];
     __shared__ u64 key_slots[2][TANDEM_TOPK_MAX_WAVES];

@@ -113,6 +113,10 @@ TANDEM_DEVICE u32 tandem_prmt(u32 a, u32 b, u32 s) {
 // writes anything: the wait returns once every grid ahead of it has finished and its writes are
 // visible (at once for a kernel queued the ordinary way). tandem_grid_release lets the next such
 // kernel start as soon as every block of this one has started, rather than at this one's end.
+// The kernels a decode GEMV or MUL_MAT_ID follows (norms, GLU and binary ops, flash attention's
+// decode and reduce, the MoE router and sums) release at their start, so that the matmul's
+// blocks are resident and loading weights while they run; no kernel waits on them other than
+// through its own tandem_grid_wait.
 TANDEM_DEVICE void tandem_grid_release() {
 #if defined(TANDEM_NVIDIA) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
