@@ -81,6 +81,28 @@ fn add_norm_mul(ne: [i64; 4], wne: [i64; 4], w_first: bool, inplace: bool) -> Ca
     })
 }
 
+/// The residual chain with the MUL's result placed one row into the bytes of the ADD's first
+/// operand, as ggml's allocator may place it once the ADD has run: a kernel fusing the chain must
+/// read that operand before anything overwrites it (with more rows than a GPU holds blocks at
+/// once, a block reading its row after another wrote over it is certain). Judged on `out + s`.
+fn add_norm_mul_over_operand(n: i64, rows: i64) -> Case {
+    let name = format!("ADD(MUL(RMS_NORM(ADD(ne={n}x{rows})),w={n}),over_operand)");
+    Case::new(Op::Add, name, move |s: &mut Setup| {
+        let big = s.input(ElemType::F32, &[n, rows + 1])?;
+        let row = n as usize * 4;
+        let x = s.g.view(big, &[n, rows], &[row], 0)?;
+        let y = s.input(ElemType::F32, &[n, rows])?;
+        let w = s.input(ElemType::F32, &[n])?;
+        let sum = s.g.add(x, y)?;
+        let norm = s.g.rms_norm(sum, 1e-5);
+        let out = s.g.mul(norm, w)?;
+        let t = s.g.tensor_mut(out);
+        t.view_src = Some(big);
+        t.view_offs = row;
+        s.g.add(out, sum)
+    })
+}
+
 pub fn cases(v: &mut Vec<Case>) {
     for op in [Op::Norm, Op::RmsNorm, Op::L2Norm] {
         for ne in [
@@ -110,4 +132,5 @@ pub fn cases(v: &mut Vec<Case>) {
     v.push(add_norm_mul([67, 3, 2, 1], [67, 1, 2, 1], false, false));
     v.push(add_norm_mul([256, 4, 1, 1], [256, 4, 1, 1], true, false));
     v.push(add_norm_mul([4096, 3, 1, 1], [4096, 1, 1, 1], false, true));
+    v.push(add_norm_mul_over_operand(1024, 4000));
 }
