@@ -4,7 +4,10 @@
 //!
 //! A registration may fuse the node that follows (e.g. RMS_NORM then MUL): the planner offers the
 //! next node only when it is the sole consumer of this node's result and that result is not a
-//! graph output, so the fused kernel may skip writing it.
+//! graph output, so the fused kernel may skip writing it. Or it may fuse a chain the planner
+//! recognizes (`exec::fused_chain`): then `next` is the chain's last node, and the launcher finds
+//! the nodes between through it. Fused kernels read sources that a later node of the chain may
+//! overwrite through [`read_apart`].
 
 use super::api::{DeviceInfo, DevicePtr, GpuError};
 use super::kernels::{KernelError, Kernels};
