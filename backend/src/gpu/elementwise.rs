@@ -222,19 +222,19 @@ fn rows_aligned16(p: DevicePtr, nb: &[i64; 4]) -> bool {
     (p.0 | nb[1] as u64 | nb[2] as u64 | nb[3] as u64) & 15 == 0
 }
 
+/// Whether f32 rows of `ne0` values go four a thread: `ne0` a multiple of four and every operand
+/// (address, byte strides) contiguous in dim 0 with 16-byte-aligned rows.
+fn rows4(ne0: i64, operands: &[(DevicePtr, &[i64; 4])]) -> bool {
+    ne0 % 4 == 0 && operands.iter().all(|(p, nb)| nb[0] == 4 && rows_aligned16(*p, nb))
+}
+
 /// Elements a thread of the f32 binary loop takes: four where the kernel takes its vector path
 /// (`tandem_binary_rows4`: contiguous, 16-byte-aligned rows of a multiple of four, src1's row as
 /// long or one value), else one. The kernel decides by the same test; this only sizes the grid.
 fn binary_per_thread(all_f32: bool, shape: &BinaryShape, src0: DevicePtr, src1: DevicePtr, dst: DevicePtr) -> i64 {
-    let rows = all_f32
-        && shape.ne[0] % 4 == 0
-        && shape.nb0[0] == 4
-        && shape.nbd[0] == 4
-        && rows_aligned16(src0, &shape.nb0)
-        && rows_aligned16(dst, &shape.nbd)
-        && (shape.ne1[0] == 1
-            || (shape.ne1[0] == shape.ne[0] && shape.nb1[0] == 4 && rows_aligned16(src1, &shape.nb1)));
-    if rows {
+    let n = shape.ne[0];
+    let src1_ok = shape.ne1[0] == 1 || (shape.ne1[0] == n && rows4(n, &[(src1, &shape.nb1)]));
+    if all_f32 && src1_ok && rows4(n, &[(src0, &shape.nb0), (dst, &shape.nbd)]) {
         4
     } else {
         1
@@ -243,13 +243,7 @@ fn binary_per_thread(all_f32: bool, shape: &BinaryShape, src0: DevicePtr, src1: 
 
 /// As [`binary_per_thread`] for the unary loop.
 fn unary_per_thread(all_f32: bool, shape: &UnaryShape, src: DevicePtr, dst: DevicePtr) -> i64 {
-    let rows = all_f32
-        && shape.ne[0] % 4 == 0
-        && shape.nbs[0] == 4
-        && shape.nbd[0] == 4
-        && rows_aligned16(src, &shape.nbs)
-        && rows_aligned16(dst, &shape.nbd);
-    if rows {
+    if all_f32 && rows4(shape.ne[0], &[(src, &shape.nbs), (dst, &shape.nbd)]) {
         4
     } else {
         1
@@ -415,8 +409,11 @@ pub unsafe fn launch_moe_sum(
     let f = k.function(FAMILY, "tandem_moe_sum_f32")?;
     let mut args = KernelArgs::new();
     args.push(x).push(w).push(dst).push(*shape);
-    let vec =
-        shape.e % 4 == 0 && shape.nbw0 == 0 && (x.0 | dst.0 | (shape.nbx1 | shape.nbx2 | shape.nbd1) as u64) & 15 == 0;
+    let vec = shape.nbw0 == 0
+        && rows4(
+            shape.e,
+            &[(x, &[4, shape.nbx1, shape.nbx2, 0]), (dst, &[4, shape.nbd1, 0, 0])],
+        );
     let cfg = launch_config_by([shape.e, shape.t, 1, 1], if vec { 4 } else { 1 });
     // SAFETY: the parameter list is (const char*, const char*, char*, tandem_moe_sum_shape) and
     // the caller vouches for the memory.

@@ -464,17 +464,27 @@ pub fn fused_chain(g: &Graph, kinds: &[MemKind], i: usize, uses: &[u32]) -> Opti
 /// `MUL(n, w)` (either operand order), consecutive, `n` read by the MUL only; returns the MUL's
 /// index. `s` itself may be read later (the fused kernel writes it).
 pub fn add_norm_chain(g: &Graph, kinds: &[MemKind], i: usize, uses: &[u32]) -> Option<usize> {
-    let (s, n, m) = (g.nodes[i], *g.nodes.get(i + 1)?, *g.nodes.get(i + 2)?);
-    let (st, nt, mt) = (g.tensor(s), g.tensor(n), g.tensor(m));
-    let chained = st.op == Op::Add
-        && nt.op == Op::RmsNorm
-        && mt.op == Op::Mul
-        && nt.src[0] == Some(s)
+    let ([s, n, _], [_, nt, mt]) = three_nodes(g, kinds, i, [Op::Add, Op::RmsNorm, Op::Mul])?;
+    let chained = nt.src[0] == Some(s)
         && mt.src.contains(&Some(n))
         && !mt.src.contains(&Some(s))
         && !nt.output
         && uses[n.index()] == 1;
-    (chained && gpu_visible(g, kinds, n) && gpu_visible(g, kinds, m)).then_some(i + 2)
+    chained.then_some(i + 2)
+}
+
+/// Nodes `i`, `i + 1`, `i + 2` when their ops are `ops` and the last two are GPU-visible (the
+/// planner checks the first).
+fn three_nodes<'g>(
+    g: &'g Graph,
+    kinds: &[MemKind],
+    i: usize,
+    ops: [Op; 3],
+) -> Option<([TensorId; 3], [&'g Tensor; 3])> {
+    let ids = [g.nodes[i], *g.nodes.get(i + 1)?, *g.nodes.get(i + 2)?];
+    let ts = ids.map(|id| g.tensor(id));
+    let fits = (0..3).all(|j| ts[j].op == ops[j]) && gpu_visible(g, kinds, ids[1]) && gpu_visible(g, kinds, ids[2]);
+    fits.then_some((ids, ts))
 }
 
 /// A MoE router as llama.cpp builds it from node `i`, a SOFT_MAX `p` of the logits (no mask):
@@ -517,19 +527,15 @@ pub fn topk_moe_chain(g: &Graph, kinds: &[MemKind], i: usize, uses: &[u32]) -> O
 /// llama.cpp's normalization of MoE weights from node `i`: `s = SUM_ROWS(x)`, `c = CLAMP(s)`,
 /// `DIV(x, c)`, consecutive, `s` and `c` read by nothing else; returns the DIV's index.
 pub fn sum_clamp_div_chain(g: &Graph, kinds: &[MemKind], i: usize, uses: &[u32]) -> Option<usize> {
-    let (s, c, d) = (g.nodes[i], *g.nodes.get(i + 1)?, *g.nodes.get(i + 2)?);
-    let (st, ct, dt) = (g.tensor(s), g.tensor(c), g.tensor(d));
-    let chained = st.op == Op::SumRows
-        && ct.op == Op::Clamp
-        && dt.op == Op::Div
-        && ct.src[0] == Some(s)
+    let ([s, c, _], [st, ct, dt]) = three_nodes(g, kinds, i, [Op::SumRows, Op::Clamp, Op::Div])?;
+    let chained = ct.src[0] == Some(s)
         && dt.src[0] == st.src[0]
         && dt.src[1] == Some(c)
         && !st.output
         && !ct.output
         && uses[s.index()] == 1
         && uses[c.index()] == 1;
-    (chained && gpu_visible(g, kinds, c) && gpu_visible(g, kinds, d)).then_some(i + 2)
+    chained.then_some(i + 2)
 }
 
 /// The index of the last node of the chain starting at node `i` that sums a MUL's rows, as

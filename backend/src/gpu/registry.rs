@@ -279,34 +279,25 @@ pub fn clobbers(w: &Tensor, r: &Tensor) -> bool {
 ///
 /// # Safety
 /// As [`Launch`]: every tensor's `data` is a device address covering its bytes.
-pub unsafe fn read_apart(
+pub unsafe fn read_apart<const N: usize>(
     ctx: &LaunchCtx<'_>,
-    reads: &[&Tensor],
+    reads: [&Tensor; N],
     writes: &[&Tensor],
-) -> Result<Vec<DevicePtr>, KernelError> {
-    let hit: Vec<bool> = reads.iter().map(|r| writes.iter().any(|w| clobbers(w, r))).collect();
+) -> Result<[DevicePtr; N], KernelError> {
+    let mut out = reads.map(dptr);
+    let hit = reads.map(|r| writes.iter().any(|w| clobbers(w, r)));
     if !hit.contains(&true) {
-        return Ok(reads.iter().map(|r| dptr(r)).collect());
+        return Ok(out);
     }
     let at = |n: usize| n.div_ceil(256) * 256;
-    let total: usize = reads
-        .iter()
-        .zip(&hit)
-        .filter(|(_, &h)| h)
-        .map(|(r, _)| at(r.nbytes()))
-        .sum();
+    let total: usize = (0..N).filter(|&i| hit[i]).map(|i| at(reads[i].nbytes())).sum();
     let base = ctx.scratch.get(total)?;
     let mut off = 0;
-    let mut out = Vec::with_capacity(reads.len());
-    for (r, &h) in reads.iter().zip(&hit) {
-        if !h {
-            out.push(dptr(r));
-            continue;
-        }
-        let to = base.offset(off);
+    for i in (0..N).filter(|&i| hit[i]) {
+        let (r, to) = (reads[i], base.offset(off));
         // SAFETY: r's span is device memory (caller); the scratch region holds `total` bytes.
         unsafe { ctx.stream.copy_dtod_async(to, dptr(r), r.nbytes()) }.map_err(KernelError::Gpu)?;
-        out.push(to);
+        out[i] = to;
         off += at(r.nbytes());
     }
     Ok(out)

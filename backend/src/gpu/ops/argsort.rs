@@ -109,7 +109,7 @@ unsafe fn launch_topk_moe(ctx: &LaunchCtx<'_>, node: &Node<'_>, next: Option<&No
     };
     let f = ctx.kernels.function(FAMILY, "tandem_topk_moe_f32")?;
     // SAFETY: the registry contract gives device addresses covering each tensor.
-    let at = unsafe { read_apart(ctx, &[x], &[ids, next.dst]) }?;
+    let at = unsafe { read_apart(ctx, [x], &[ids, next.dst]) }?;
     let mut args = KernelArgs::new();
     args.push(at[0]).push(dptr(ids)).push(dptr(next.dst)).push(shape);
     let cfg = row_launch([1, shape.t, 1, 1], topk_threads(shape.e), 0);

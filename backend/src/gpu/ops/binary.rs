@@ -261,7 +261,7 @@ unsafe fn launch_moe_sum_node(
     let shape = moe_sum_shape(node, last).ok_or_else(|| launch_error("hip.moe_sum_f32", "not a MoE sum"))?;
     let (x, w) = sources2(node, "hip.moe_sum_f32")?;
     // SAFETY: the registry contract gives device addresses covering each tensor.
-    let at = unsafe { read_apart(ctx, &[x, w], &[last.dst]) }?;
+    let at = unsafe { read_apart(ctx, [x, w], &[last.dst]) }?;
     // SAFETY: the predicate checked types, extents and strides; x and w are read where read_apart
     // says, with their own strides. The product itself is never written: only the chain's views
     // read it, and the plan fused them all.

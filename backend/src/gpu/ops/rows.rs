@@ -245,7 +245,7 @@ unsafe fn launch_norm_mul(ctx: &LaunchCtx<'_>, node: &Node<'_>, next: Option<&No
     let f = ctx.kernels.function(FAMILY, entry)?;
     // The norm's source may be dead once the norm ran, and the MUL's result over its bytes.
     // SAFETY: the registry contract gives device addresses covering each tensor.
-    let at = unsafe { read_apart(ctx, &[src, other], &[out]) }?;
+    let at = unsafe { read_apart(ctx, [src, other], &[out]) }?;
     let mut args = KernelArgs::new();
     args.push(at[0]).push(at[1]).push(dptr(out)).push(shape).push(eps);
     let cfg = row_launch(shape.ne, row_block(shape.ne[0]), 0);
@@ -327,7 +327,7 @@ unsafe fn launch_add_norm_mul(
     let f = ctx.kernels.function(FAMILY, "tandem_add_rms_norm_mul_f32")?;
     // The ADD's operands may be dead once it ran, and the MUL's result over their bytes.
     // SAFETY: the registry contract gives device addresses covering each tensor.
-    let at = unsafe { read_apart(ctx, &[p.a, p.b, p.other], &[node.dst, next.dst]) }?;
+    let at = unsafe { read_apart(ctx, [p.a, p.b, p.other], &[node.dst, next.dst]) }?;
     let mut args = KernelArgs::new();
     args.push(at[0])
         .push(at[1])
