@@ -423,8 +423,12 @@ impl GpuDevice {
     /// Every tensor's `data` addresses `nbytes()` bytes of the memory it claims to be in, valid
     /// for the call and used by nobody else meanwhile.
     pub unsafe fn compute(&self, g: &Graph) -> Result<GraphStats, ExecError> {
+        // Under `TANDEM_STATS` the statistics line also says the device time from the first
+        // step to the last (`device_us`): against `wall_us` it shows how much of a graph's
+        // time the GPU was working or waiting inside it.
+        let timing = Config::get().stats.then_some(None);
         // SAFETY: forwarded contract.
-        unsafe { self.compute_with(g, None) }.map(|(stats, _)| stats)
+        unsafe { self.compute_with(g, timing) }.map(|(stats, _)| stats)
     }
 
     /// [`Self::compute`], and with `timing` the device time in milliseconds between events
