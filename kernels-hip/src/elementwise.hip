@@ -104,28 +104,8 @@ TANDEM_DEVICE bool tandem_rows_aligned16(const char* p, const i64* nb) {
              (unsigned long long)nb[3]) & 15) == 0;
 }
 
-// ---- activation math (matches ops/src/cpu/ew_math.rs and unary.rs) ----
+// ---- activation math: tandem_act_* in tandem_hip.h (the GEMVs apply GLU gates too) ----
 
-TANDEM_DEVICE float tandem_act_sigmoid(float x) {
-    return 1.0f / (1.0f + expf(-x));
-}
-TANDEM_DEVICE float tandem_act_silu(float x) {
-    return x / (1.0f + expf(-x));
-}
-// 0.5 x (1 + tanh u) written as x / (1 + e^(-2u)), u = sqrt(2/pi) x (1 + 0.044715 x^2).
-TANDEM_DEVICE float tandem_act_gelu(float x) {
-    const float u = 0.7978846f * x * (1.0f + 0.044715f * x * x);
-    return x / (1.0f + expf(-2.0f * u));
-}
-TANDEM_DEVICE float tandem_act_gelu_quick(float x) {
-    return x / (1.0f + expf(-1.702f * x));
-}
-TANDEM_DEVICE float tandem_act_gelu_erf(float x) {
-    return 0.5f * x * (1.0f + erff(x * 0.70710678f));
-}
-TANDEM_DEVICE float tandem_act_relu(float x) {
-    return x > 0.0f ? x : 0.0f;
-}
 // min(1, max(0, (x + 3) / 6)) with comparisons, so NaN stays NaN as on the CPU.
 TANDEM_DEVICE float tandem_act_hard_gate(float x) {
     float g = (x + 3.0f) / 6.0f;

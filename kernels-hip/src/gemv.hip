@@ -57,6 +57,14 @@ struct tandem_mm_shape {
 // matmul_launch.rs), so tandem_gemv_<t>_u1 reads and quantizes its column, and dots its first
 // TANDEM_SEGU_HELD steps, before tandem_grid_wait (writing only shared memory there).
 #define TANDEM_MM_ACT_EARLY 1
+// tandem_mm_shape::flags bits 8..15 (tandem_gemv_<t>_s1/_u1/_n1, one column): 0, or a GLU gate's
+// ggml_glu_op + 1. The kernel's column is then that gate's result, computed as it is read:
+// act(src1[i]) * gb[i] (GLU_FUSED in matmul_launch.rs: a GLU FFN's down projection reads its gate
+// so, and the gate's own kernel and result go).
+#define TANDEM_MM_GLU_SHIFT 8
+TANDEM_DEVICE int tandem_mm_glu(i64 flags) {
+    return (int)((flags >> TANDEM_MM_GLU_SHIFT) & 0xff);
+}
 
 // Mirrors `MulMatIdShape` in backend/src/gpu/ops/matmul_launch.rs (sixteen i64).
 struct tandem_mmid_shape {
@@ -517,8 +525,10 @@ TANDEM_DEVICE int tandem_seg_pair_at(int g) {
 #define TANDEM_MV_QUANT_UNROLL 2
 // Loads the values of the TANDEM_MV_QUANT_UNROLL halves (16 values each) this thread quantizes
 // in the pass of column `col` that starts at wave offset w0 (zeros past the column's `halves`).
+// With glu > 0 the column is a GLU gate's result computed here: value i is
+// tandem_glu_gate(glu - 1, col[i], gb[i]), gb laid out as col (16-byte aligned too where vec).
 TANDEM_DEVICE void tandem_mv_quant_load(float (&x)[TANDEM_MV_QUANT_UNROLL][16], const char* col, i64 nb0, bool vec,
-                                        int halves, int w0) {
+                                        int halves, int w0, const char* gb = nullptr, int glu = 0) {
     const int lane = threadIdx.x % warpSize, bd = blockDim.x;
 #pragma unroll
     for (int u = 0; u < TANDEM_MV_QUANT_UNROLL; ++u) {
@@ -535,11 +545,30 @@ TANDEM_DEVICE void tandem_mv_quant_load(float (&x)[TANDEM_MV_QUANT_UNROLL][16], 
                     x[u][4 * v4 + 2] = v.z;
                     x[u][4 * v4 + 3] = v.w;
                 }
+                if (glu > 0) {
+#pragma unroll
+                    for (int v4 = 0; v4 < 4; ++v4) {
+                        const float4 g = ((const float4*)gb)[4 * h + v4];
+                        x[u][4 * v4] = tandem_glu_gate(glu - 1, x[u][4 * v4], g.x);
+                        x[u][4 * v4 + 1] = tandem_glu_gate(glu - 1, x[u][4 * v4 + 1], g.y);
+                        x[u][4 * v4 + 2] = tandem_glu_gate(glu - 1, x[u][4 * v4 + 2], g.z);
+                        x[u][4 * v4 + 3] = tandem_glu_gate(glu - 1, x[u][4 * v4 + 3], g.w);
+                    }
+                }
             } else {
-                for (int e = 0; e < 16; ++e) x[u][e] = *(const float*)(col + (i64)(16 * h + e) * nb0);
+                for (int e = 0; e < 16; ++e) {
+                    const i64 at = (i64)(16 * h + e) * nb0;
+                    const float v = *(const float*)(col + at);
+                    x[u][e] = glu > 0 ? tandem_glu_gate(glu - 1, v, *(const float*)(gb + at)) : v;
+                }
             }
         }
     }
+}
+
+// Whether a column and its GLU partner `gb` (null: none) load 16 bytes at a time.
+TANDEM_DEVICE bool tandem_mv_quant_vec2(const char* base, const char* gb, i64 nb0, i64 nb1) {
+    return tandem_mv_quant_vec(base, nb0, nb1) && ((u64)gb & 15u) == 0;
 }
 
 // Quantizes `ncols` columns of `k` f32 values (value i of column j at base + i * nb0 + j * nb1)
@@ -555,11 +584,11 @@ TANDEM_DEVICE void tandem_mv_quant_load(float (&x)[TANDEM_MV_QUANT_UNROLL][16], 
 template <int SEG = 0, bool PARTS = false>
 TANDEM_DEVICE void tandem_mv_quantize_block(const char* base, i64 nb0, i64 nb1, i64 k, int ncols, i8* sq,
                                             float2* sd, float (&x)[TANDEM_MV_QUANT_UNROLL][16],
-                                            int* sp = nullptr) {
+                                            int* sp = nullptr, const char* gb = nullptr, int glu = 0) {
     const int halves = (int)(k / 16);  // per column; even (k is of 32s, at most 32768)
     const int lane = threadIdx.x % warpSize;
     const int bd = blockDim.x;
-    const bool vec = tandem_mv_quant_vec(base, nb0, nb1);
+    const bool vec = tandem_mv_quant_vec2(base, gb, nb0, nb1);
     const int first = (int)threadIdx.x - lane;
     for (int j = 0; j < ncols; ++j) {
         const char* col = base + j * nb1;
@@ -568,7 +597,7 @@ TANDEM_DEVICE void tandem_mv_quantize_block(const char* base, i64 nb0, i64 nb1, 
         // Whole waves iterate together (the shuffles below need every lane), so the bound is
         // tested on the wave's first thread; the two threads of a group are in or out together.
         for (int w0 = first; w0 < halves; w0 += TANDEM_MV_QUANT_UNROLL * bd) {
-            if (j > 0 || w0 != first) tandem_mv_quant_load(x, col, nb0, vec, halves, w0);
+            if (j > 0 || w0 != first) tandem_mv_quant_load(x, col, nb0, vec, halves, w0, glu > 0 ? gb + j * nb1 : nullptr, glu);
 #pragma unroll
             for (int u = 0; u < TANDEM_MV_QUANT_UNROLL; ++u) {
                 if (w0 + u * bd >= halves) break;  // the same for the whole wave
@@ -1315,7 +1344,8 @@ TANDEM_DEVICE void tandem_seg_words(const u8* seg, u32 (&w)[(BYTES + 3) / 4]) {
 
 // The segment GEMV of one column (a block per grid.x of each batch grid.y).
 template <typename T>
-TANDEM_DEVICE void tandem_gemv_seg(const char* w, const char* src1, char* dst, const tandem_mm_shape& s) {
+TANDEM_DEVICE void tandem_gemv_seg(const char* w, const char* src1, const char* gb, char* dst,
+                                   const tandem_mm_shape& s) {
     extern __shared__ __align__(16) u8 tandem_mv_smem[];
     constexpr int NV = (T::BYTES + 15) / 16;  // 16-byte loads per lane and step, at most
     tandem_grid_release();
@@ -1360,13 +1390,15 @@ TANDEM_DEVICE void tandem_gemv_seg(const char* w, const char* src1, char* dst, c
     // loads below it (NVRTC 13.5).
     if (gw < nwt) tandem_grid_wait();
     const char* act = src1 + i12 * s.nb12 + i13 * s.nb13;
+    const int glu = tandem_mm_glu(s.flags);
+    const char* gact = glu > 0 ? gb + i12 * s.nb12 + i13 * s.nb13 : nullptr;
     float xa[TANDEM_MV_QUANT_UNROLL][16];
-    tandem_mv_quant_load(xa, act, s.nb10, tandem_mv_quant_vec(act, s.nb10, s.nb11), (int)(s.k / 16),
-                         (int)threadIdx.x - lane);
+    tandem_mv_quant_load(xa, act, s.nb10, tandem_mv_quant_vec2(act, gact, s.nb10, s.nb11), (int)(s.k / 16),
+                         (int)threadIdx.x - lane, gact, glu);
     i8* sq = (i8*)(tandem_mv_smem + nw * step16 * 16);
     float2* sd = (float2*)(sq + s.k);
     int* sp = (int*)(sd + s.k / 32);  // PARTS: the halves' sums
-    tandem_mv_quantize_block<T::G, T::PARTS>(act, s.nb10, s.nb11, s.k, 1, sq, sd, xa, sp);
+    tandem_mv_quantize_block<T::G, T::PARTS>(act, s.nb10, s.nb11, s.k, 1, sq, sd, xa, sp, gact, glu);
     __syncthreads();
     char* out = dst + i12 * s.nb2 + i13 * s.nb3 + ra * 4;
     int rr = lane / S, sg = lane % S;  // the lane's item: segment sg of the wave's row rr
@@ -1462,7 +1494,7 @@ TANDEM_DEVICE void tandem_seg_cp16(u32 dst, const uint4* src) {
 // the wait either way.
 template <typename T, int SLOTS, int HELD = TANDEM_SEGU_HELD>
 TANDEM_DEVICE void tandem_segu_rows(const u8* wbase, i64 m, i64 k, const char* act, i64 nb10, i64 nb11, char* out,
-                                    bool act_early) {
+                                    bool act_early, const char* gb = nullptr, int glu = 0) {
     static_assert(SLOTS >= 1 && HELD >= 1, "a slot to copy into, a step to hold");
     // Steps copied before the first is dotted, and the cp.async groups a pass may leave pending.
     constexpr int AHEAD = SLOTS > 1 ? SLOTS - 1 : 1, PENDING = SLOTS > 1 ? SLOTS - 2 : 0;
@@ -1502,9 +1534,9 @@ TANDEM_DEVICE void tandem_segu_rows(const u8* wbase, i64 m, i64 k, const char* a
     // (Waves of more steps ask for it after their first steps' weights, as before: first, q4_0
     // 14336 x 4096 took 8.41 against 8.21 µs back to back on an H200.)
     float xa[TANDEM_MV_QUANT_UNROLL][16];
-    const bool vec = tandem_mv_quant_vec(act, nb10, nb11);
+    const bool vec = tandem_mv_quant_vec2(act, gb, nb10, nb11);
     const bool act_first = act_early && nsteps <= HELD;
-    if (act_first) tandem_mv_quant_load(xa, act, nb10, vec, (int)(k / 16), (int)threadIdx.x - lane);
+    if (act_first) tandem_mv_quant_load(xa, act, nb10, vec, (int)(k / 16), (int)threadIdx.x - lane, gb, glu);
     // Every pass commits one group (empty past the last step), so that waiting for all but the
     // newest PENDING groups means this pass's step is in.
 #pragma unroll
@@ -1516,11 +1548,11 @@ TANDEM_DEVICE void tandem_segu_rows(const u8* wbase, i64 m, i64 k, const char* a
     // and the column with act_early. The test, always true, puts the wait in a block of its own:
     // unconditional, ptxas moved the loads below it (NVRTC 13.5).
     if (!act_early && gw < nwt) tandem_grid_wait();
-    if (!act_first) tandem_mv_quant_load(xa, act, nb10, vec, (int)(k / 16), (int)threadIdx.x - lane);
+    if (!act_first) tandem_mv_quant_load(xa, act, nb10, vec, (int)(k / 16), (int)threadIdx.x - lane, gb, glu);
     i8* sq = (i8*)(tandem_mv_smem + nw * SLOTS * step16 * 16);
     float2* sd = (float2*)(sq + k);
     int* sp = (int*)(sd + k / 32);  // PARTS: the halves' sums
-    tandem_mv_quantize_block<T::G, T::PARTS>(act, nb10, nb11, k, 1, sq, sd, xa, sp);
+    tandem_mv_quantize_block<T::G, T::PARTS>(act, nb10, nb11, k, 1, sq, sd, xa, sp, gb, glu);
     __syncthreads();
     const int rr = lane / S, sg = lane % S;  // the lane's segment sg of the unit's row rr
     // With act_early nothing ahead of the stores waits for the kernels ahead: the sums of the
@@ -1589,10 +1621,11 @@ TANDEM_DEVICE void tandem_segu_rows(const u8* wbase, i64 m, i64 k, const char* a
 #endif
 
 template <typename T, int SLOTS, int HELD = TANDEM_SEGU_HELD>
-TANDEM_DEVICE void tandem_gemv_segu(const char* w, const char* src1, char* dst, const tandem_mm_shape& s) {
+TANDEM_DEVICE void tandem_gemv_segu(const char* w, const char* src1, const char* gb, char* dst,
+                                    const tandem_mm_shape& s) {
 #if !defined(TANDEM_SEG_ASYNC)
     // Never launched without cp.async (seg_in_units); the stretch walk keeps the entry whole.
-    tandem_gemv_seg<T>(w, src1, dst, s);
+    tandem_gemv_seg<T>(w, src1, gb, dst, s);
 #else
     tandem_grid_release();
     const i64 b = blockIdx.y;
@@ -1604,8 +1637,10 @@ TANDEM_DEVICE void tandem_gemv_segu(const char* w, const char* src1, char* dst, 
         i13 = b / s.ne12;
         wbase += (i12 / s.r2) * s.nb02 + (i13 / s.r3) * s.nb03;
     }
+    const int glu = tandem_mm_glu(s.flags);
     tandem_segu_rows<T, SLOTS, HELD>(wbase, s.m, s.k, src1 + i12 * s.nb12 + i13 * s.nb13, s.nb10, s.nb11,
-                                     dst + i12 * s.nb2 + i13 * s.nb3, (s.flags & TANDEM_MM_ACT_EARLY) != 0);
+                                     dst + i12 * s.nb2 + i13 * s.nb3, (s.flags & TANDEM_MM_ACT_EARLY) != 0,
+                                     glu > 0 ? gb + i12 * s.nb12 + i13 * s.nb13 : nullptr, glu);
 #endif
 }
 
@@ -1805,6 +1840,8 @@ tandem_q8_round_f32(const char* src, float* out, tandem_q8_shape s) {
 
 #define TANDEM_MV_ARGS_Q const char *w, const char *src1, const char *aq, const char *ads, char *dst, tandem_mm_shape s
 #define TANDEM_MV_ARGS_F const char *w, const char *src1, char *dst, tandem_mm_shape s
+// The segment walks (_s1, _u1, _n1): gb is a GLU gate's second operand (TANDEM_MM_GLU_SHIFT), or null.
+#define TANDEM_MV_ARGS_S const char *w, const char *src1, const char *gb, char *dst, tandem_mm_shape s
 #define TANDEM_MMID_ARGS_Q const char *w, const char *src1, const char *aq, const char *ads, const char *ids, char *dst, tandem_mmid_shape s
 #define TANDEM_MMID_ARGS_F const char *w, const char *src1, const char *ids, char *dst, tandem_mmid_shape s
 #define TANDEM_MV_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_MV_THREADS)
@@ -1822,9 +1859,9 @@ TANDEM_MV_KERNEL tandem_gemv_bf16_c1(TANDEM_MV_ARGS_F) { tandem_gemv_float<tande
 TANDEM_MV_KERNEL tandem_gemv_bf16_c8(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_bf16, 8, 1>(w, src1, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_0_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_0, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_0_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_0, 8>(w, src1, aq, ads, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_q4_0_s1(TANDEM_MV_ARGS_F) { tandem_gemv_seg<tandem_seg_q4_0>(w, src1, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_q4_0_u1(TANDEM_MV_ARGS_F) { tandem_gemv_segu<tandem_seg_q4_0, 2>(w, src1, dst, s); }
-TANDEM_MV_KERNEL_N1 tandem_gemv_q4_0_n1(TANDEM_MV_ARGS_F) { tandem_gemv_segu<tandem_seg_q4_0, 1, 1>(w, src1, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q4_0_s1(TANDEM_MV_ARGS_S) { tandem_gemv_seg<tandem_seg_q4_0>(w, src1, gb, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q4_0_u1(TANDEM_MV_ARGS_S) { tandem_gemv_segu<tandem_seg_q4_0, 2>(w, src1, gb, dst, s); }
+TANDEM_MV_KERNEL_N1 tandem_gemv_q4_0_n1(TANDEM_MV_ARGS_S) { tandem_gemv_segu<tandem_seg_q4_0, 1, 1>(w, src1, gb, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_1_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_1, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_1_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_1, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q5_0_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_0, 1>(w, src1, aq, ads, dst, s); }
@@ -1833,26 +1870,26 @@ TANDEM_MV_KERNEL tandem_gemv_q5_1_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tande
 TANDEM_MV_KERNEL tandem_gemv_q5_1_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_1, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q8_0_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q8_0, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q8_0_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q8_0, 8>(w, src1, aq, ads, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_q8_0_u1(TANDEM_MV_ARGS_F) { tandem_gemv_segu<tandem_seg_q8_0, 3>(w, src1, dst, s); }
-TANDEM_MV_KERNEL_N1 tandem_gemv_q8_0_n1(TANDEM_MV_ARGS_F) { tandem_gemv_segu<tandem_seg_q8_0, 1, 1>(w, src1, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q8_0_u1(TANDEM_MV_ARGS_S) { tandem_gemv_segu<tandem_seg_q8_0, 3>(w, src1, gb, dst, s); }
+TANDEM_MV_KERNEL_N1 tandem_gemv_q8_0_n1(TANDEM_MV_ARGS_S) { tandem_gemv_segu<tandem_seg_q8_0, 1, 1>(w, src1, gb, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q2_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q2_K, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q2_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q2_K, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q3_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q3_K, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q3_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q3_K, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_K, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_K, 8>(w, src1, aq, ads, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_q4_K_s1(TANDEM_MV_ARGS_F) { tandem_gemv_seg<tandem_seg_q4_K>(w, src1, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_q4_K_u1(TANDEM_MV_ARGS_F) { tandem_gemv_segu<tandem_seg_q4_K, 2>(w, src1, dst, s); }
-TANDEM_MV_KERNEL_N1 tandem_gemv_q4_K_n1(TANDEM_MV_ARGS_F) { tandem_gemv_segu<tandem_seg_q4_K, 1, 1>(w, src1, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q4_K_s1(TANDEM_MV_ARGS_S) { tandem_gemv_seg<tandem_seg_q4_K>(w, src1, gb, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q4_K_u1(TANDEM_MV_ARGS_S) { tandem_gemv_segu<tandem_seg_q4_K, 2>(w, src1, gb, dst, s); }
+TANDEM_MV_KERNEL_N1 tandem_gemv_q4_K_n1(TANDEM_MV_ARGS_S) { tandem_gemv_segu<tandem_seg_q4_K, 1, 1>(w, src1, gb, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q5_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_K, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q5_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_K, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q6_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q6_K, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q6_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q6_K, 8>(w, src1, aq, ads, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_q6_K_u1(TANDEM_MV_ARGS_F) { tandem_gemv_segu<tandem_seg_q6_K, 2>(w, src1, dst, s); }
-TANDEM_MV_KERNEL_N1 tandem_gemv_q6_K_n1(TANDEM_MV_ARGS_F) { tandem_gemv_segu<tandem_seg_q6_K, 1, 1>(w, src1, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_q6_K_u1(TANDEM_MV_ARGS_S) { tandem_gemv_segu<tandem_seg_q6_K, 2>(w, src1, gb, dst, s); }
+TANDEM_MV_KERNEL_N1 tandem_gemv_q6_K_n1(TANDEM_MV_ARGS_S) { tandem_gemv_segu<tandem_seg_q6_K, 1, 1>(w, src1, gb, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_iq4_nl_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_iq4_nl, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_iq4_nl_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_iq4_nl, 8>(w, src1, aq, ads, dst, s); }
-TANDEM_MV_KERNEL tandem_gemv_iq4_nl_s1(TANDEM_MV_ARGS_F) { tandem_gemv_seg<tandem_seg_iq4_nl>(w, src1, dst, s); }
+TANDEM_MV_KERNEL tandem_gemv_iq4_nl_s1(TANDEM_MV_ARGS_S) { tandem_gemv_seg<tandem_seg_iq4_nl>(w, src1, gb, dst, s); }
 
 TANDEM_MV_KERNEL tandem_mul_mat_id_f32(TANDEM_MMID_ARGS_F) { tandem_mmid_float<tandem_mv_f32>(w, src1, ids, dst, s); }
 TANDEM_MV_KERNEL tandem_mul_mat_id_f16(TANDEM_MMID_ARGS_F) { tandem_mmid_float<tandem_mv_f16>(w, src1, ids, dst, s); }

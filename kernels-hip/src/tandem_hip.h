@@ -158,6 +158,41 @@ TANDEM_DEVICE void tandem_wave_sync() {
 #endif
 }
 
+// Activation math, as ops/src/cpu/ew_math.rs and unary.rs compute it (the elementwise kernels
+// and the GEMVs that apply a GLU gate to their column share it).
+TANDEM_DEVICE float tandem_act_sigmoid(float x) {
+    return 1.0f / (1.0f + expf(-x));
+}
+TANDEM_DEVICE float tandem_act_silu(float x) {
+    return x / (1.0f + expf(-x));
+}
+// 0.5 x (1 + tanh u) written as x / (1 + e^(-2u)), u = sqrt(2/pi) x (1 + 0.044715 x^2).
+TANDEM_DEVICE float tandem_act_gelu(float x) {
+    const float u = 0.7978846f * x * (1.0f + 0.044715f * x * x);
+    return x / (1.0f + expf(-2.0f * u));
+}
+TANDEM_DEVICE float tandem_act_gelu_quick(float x) {
+    return x / (1.0f + expf(-1.702f * x));
+}
+TANDEM_DEVICE float tandem_act_gelu_erf(float x) {
+    return 0.5f * x * (1.0f + erff(x * 0.70710678f));
+}
+TANDEM_DEVICE float tandem_act_relu(float x) {
+    return x > 0.0f ? x : 0.0f;
+}
+
+// ggml's GLU gates act(x) * g, by ggml_glu_op (REGLU 0, GEGLU 1, SWIGLU 2, GEGLU_ERF 4,
+// GEGLU_QUICK 5); the elementwise kernels' tandem_op_* structs compute the same.
+TANDEM_DEVICE float tandem_glu_gate(int op, float x, float g) {
+    switch (op) {
+    case 0: return tandem_act_relu(x) * g;
+    case 1: return tandem_act_gelu(x) * g;
+    case 2: return tandem_act_silu(x) * g;
+    case 4: return tandem_act_gelu_erf(x) * g;
+    default: return tandem_act_gelu_quick(x) * g;
+    }
+}
+
 // A 16-byte load of data read once (weights): kept out of L1, so data read again (activations)
 // stays cached there.
 TANDEM_DEVICE uint4 tandem_ld_stream16(const uint4* p) {

@@ -873,7 +873,14 @@ impl GpuDevice {
             // The same for a matmul's activations (unless TANDEM_EARLY_ACTIVATIONS=0 has
             // every kernel wait before it reads them, as when the kernel ahead writes them).
             let act_ready = ready(&plan.act_writer) && Config::get().early_activations;
-            let settled = plan.settled.get(*index).copied().unwrap_or(false);
+            // A step that ends in a matmul (a gate fused into the GEMV reading it) may go out as
+            // a dependent launch as that matmul would: by its weight.
+            let last = *index + *span;
+            let lead = match g.tensor(g.nodes[last]).op {
+                Op::MulMat | Op::MulMatId => last,
+                _ => *index,
+            };
+            let settled = plan.settled.get(lead).copied().unwrap_or(false);
             let lc = self.launch_ctx(st, settled, ids_ready, act_ready);
             // SAFETY: forwarded contract; kinds were read from this device's map.
             unsafe { exec::launch_step(&lc, g, kinds, &self.registry, *index, *reg, *span)? };

@@ -401,6 +401,7 @@ pub fn plan(g: &Graph, kinds: &[MemKind], registry: &Registry, log: bool, split:
                     span = last - i;
                     Some(g.nodes[last])
                 }
+                // Not a matmul that runs apart, on its weight in pinned host memory.
                 None => g.nodes.get(i + 1).copied().filter(|&n| {
                     let nt = g.tensor(n);
                     !is_noop(nt)
@@ -408,6 +409,8 @@ pub fn plan(g: &Graph, kinds: &[MemKind], registry: &Registry, log: bool, split:
                         && !t.output
                         && nt.src.contains(&Some(id))
                         && gpu_visible(g, kinds, n)
+                        && !stages_weight(g, kinds, n)
+                        && !(split && splittable(g, kinds, n))
                 }),
             };
             let next_node = next.map(|n| Node::of(g, n));
@@ -452,12 +455,34 @@ pub fn plan(g: &Graph, kinds: &[MemKind], registry: &Registry, log: bool, split:
 /// [`topk_moe_chain`], [`sum_clamp_div_chain`] or [`add_norm_chain`].
 pub fn fused_chain(g: &Graph, kinds: &[MemKind], i: usize, uses: &[u32]) -> Option<usize> {
     match g.tensor(g.nodes[i]).op {
+        Op::MulMat => sibling_chain(g, kinds, i),
         Op::Mul => moe_sum_chain(g, kinds, i, uses),
         Op::SoftMax => topk_moe_chain(g, kinds, i, uses),
         Op::SumRows => sum_clamp_div_chain(g, kinds, i, uses),
         Op::Add => add_norm_chain(g, kinds, i, uses),
         _ => None,
     }
+}
+
+/// A MUL_MAT from node `i` and the next node but views, a MUL_MAT on the same activations (a
+/// layer's projections of one normed column): returns the second's index. Not where the second
+/// reads the first's result, nor where either weight lies in pinned host memory (split nodes and
+/// staged weights run apart).
+pub fn sibling_chain(g: &Graph, kinds: &[MemKind], i: usize) -> Option<usize> {
+    let a = g.nodes[i];
+    let at = g.tensor(a);
+    let j = (i + 1..g.nodes.len()).find(|&j| !is_noop(g.tensor(g.nodes[j])))?;
+    let b = g.nodes[j];
+    let bt = g.tensor(b);
+    let in_device = |t: &Tensor| t.src[0].is_some_and(|w| kinds[w.index()] == MemKind::Device);
+    let siblings = bt.op == Op::MulMat
+        && at.src[1].is_some()
+        && bt.src[1] == at.src[1]
+        && !bt.src.contains(&Some(a))
+        && in_device(at)
+        && in_device(bt)
+        && gpu_visible(g, kinds, b);
+    siblings.then_some(j)
 }
 
 /// A residual ADD met by the next norm from node `i`: `s = ADD(x, y)`, `n = RMS_NORM(s)`,
@@ -1280,6 +1305,44 @@ mod tests {
     /// A residual ADD, the RMS_NORM of its sum and the MUL by the norm's weight: a chain from the
     /// ADD to the MUL, with the sum read again later; not where something else reads the norm,
     /// the norm is an output, or the MUL reads the sum itself.
+    /// Two MUL_MATs on one column with only views between pair up; not when the second reads
+    /// the first's result, reads another column, or either weight lies in pinned host memory.
+    #[test]
+    fn sibling_matmuls_pair_up() {
+        fn build(second_reads_first: bool, other_column: bool) -> (Graph, [TensorId; 2]) {
+            let mut b = GraphBuilder::new();
+            let w1 = b.new_tensor(ElemType::Q4_0, &[64, 64]);
+            let w2 = b.new_tensor(ElemType::Q4_0, &[64, 64]);
+            let x = b.new_tensor(ElemType::F32, &[64, 1]);
+            let y = b.new_tensor(ElemType::F32, &[64, 1]);
+            let v = b.mul_mat(w1, x).unwrap();
+            b.reshape(v, &[64]).unwrap();
+            let col = if second_reads_first {
+                v
+            } else if other_column {
+                y
+            } else {
+                x
+            };
+            b.mul_mat(w2, col).unwrap();
+            (b.build(), [w1, w2])
+        }
+        let (g, [w1, w2]) = build(false, false);
+        let kinds = vec![MemKind::Device; g.tensors.len()];
+        assert_eq!(sibling_chain(&g, &kinds, 0), Some(2));
+        assert_eq!(fused_chain(&g, &kinds, 0, &consumers(&g)), Some(2));
+        assert_eq!(sibling_chain(&g, &kinds, 2), None);
+        for (reads, other) in [(true, false), (false, true)] {
+            let (g2, _) = build(reads, other);
+            assert_eq!(sibling_chain(&g2, &kinds, 0), None, "{reads} {other}");
+        }
+        for w in [w1, w2] {
+            let mut pinned = kinds.clone();
+            pinned[w.index()] = MemKind::Pinned { delta: 0 };
+            assert_eq!(sibling_chain(&g, &pinned, 0), None);
+        }
+    }
+
     #[test]
     fn the_residual_add_norm_chain_is_found() {
         fn build(extra_norm_reader: bool, mul_reads_sum: bool) -> Graph {

@@ -57,6 +57,7 @@ pub fn dptr(t: &Tensor) -> DevicePtr {
 
 /// What a launcher may use: the device's kernels, the stream to queue on, what the device is,
 /// and scratch memory.
+#[derive(Clone, Copy)]
 pub struct LaunchCtx<'a> {
     pub kernels: &'a Kernels,
     pub stream: &'a Stream,

@@ -4,7 +4,7 @@
 //! right ahead of it or with another kernel between).
 
 use super::{Case, Fill, Setup};
-use tandem_graph::{ElemType, Op};
+use tandem_graph::{ElemType, GluOp, Op};
 
 /// The matmul cases cover every weight type that has a dot kernel.
 use tandem_ops::vecdot::WEIGHT_TYPES;
@@ -154,7 +154,42 @@ fn mul_mat_computed_ahead(ty: ElemType, m: i64, k: i64, after: bool) -> Case {
     })
 }
 
+/// A GLU FFN on one column: `down * op(gate * x, up * x)` with every weight of type `ty`, the
+/// gate's result read only by the down projection (the pair a GPU may fuse, the GEMV computing
+/// the gate as it reads its column), `ffn` values between the projections.
+fn glu_ffn(ty: ElemType, m: i64, k: i64, ffn: i64, op: GluOp) -> Case {
+    let name = format!("MUL_MAT(type={ty},m={m},k={ffn},n=1,x=GLU(op={},k={k}))", op.name());
+    Case::new(Op::MulMat, name, move |s: &mut Setup| {
+        let x = s.input(ElemType::F32, &[k, 1])?;
+        let wg = s.input(ty, &[k, ffn])?;
+        let wu = s.input(ty, &[k, ffn])?;
+        let wd = s.input(ty, &[ffn, m])?;
+        let gate = s.g.mul_mat(wg, x)?;
+        let up = s.g.mul_mat(wu, x)?;
+        let h = s.g.glu_split(gate, up, op)?;
+        s.g.mul_mat(wd, h)
+    })
+}
+
 pub fn cases(v: &mut Vec<Case>) {
+    // GLU FFNs on one column: down projections in units (4096 and 2048 values) and in stretches
+    // (14336, q4_0, iq4_nl and q4_K), the gates the models use; rows no segment walk takes (k not
+    // of 256s), where the gate runs apart.
+    for ty in [
+        ElemType::Q4_0,
+        ElemType::Q4K,
+        ElemType::Q8_0,
+        ElemType::Q6K,
+        ElemType::IQ4NL,
+    ] {
+        v.push(glu_ffn(ty, 1024, 256, 4096, GluOp::Swiglu));
+        v.push(glu_ffn(ty, 512, 512, 2048, GluOp::Geglu));
+        if matches!(ty, ElemType::Q4_0 | ElemType::Q4K | ElemType::IQ4NL) {
+            v.push(glu_ffn(ty, 4096, 256, 14336, GluOp::Swiglu));
+        }
+    }
+    v.push(glu_ffn(ElemType::Q4_0, 64, 64, 96, GluOp::Swiglu));
+    v.push(glu_ffn(ElemType::Q8_0, 64, 64, 160, GluOp::Reglu));
     // A MoE router's shape (f32, 128 rows): few tiles, so a GPU may split k into parts; a k that
     // is no multiple of the parts, nor of 32.
     for (k, n) in [(2048, 512), (2048, 37), (1100, 100)] {

@@ -339,7 +339,7 @@ fn accepts_glu(node: &Node<'_>, all_f32: bool) -> bool {
     glu_plan(node).is_some()
 }
 
-fn accepts_glu_f32(node: &Node<'_>, _next: Option<&Node<'_>>) -> bool {
+pub(crate) fn accepts_glu_f32(node: &Node<'_>, _next: Option<&Node<'_>>) -> bool {
     accepts_glu(node, true)
 }
 
@@ -349,7 +349,11 @@ fn accepts_glu_half(node: &Node<'_>, _next: Option<&Node<'_>>) -> bool {
 
 /// # Safety
 /// See [`crate::gpu::registry::Launch`].
-unsafe fn launch_glu(ctx: &LaunchCtx<'_>, node: &Node<'_>, _next: Option<&Node<'_>>) -> Result<(), KernelError> {
+pub(crate) unsafe fn launch_glu(
+    ctx: &LaunchCtx<'_>,
+    node: &Node<'_>,
+    _next: Option<&Node<'_>>,
+) -> Result<(), KernelError> {
     let p = glu_plan(node).ok_or_else(|| launch_error("hip.glu", "not a GLU node the kernel runs"))?;
     let d = node.dst;
     let types = [p.x.ty, p.g.ty, d.ty].map(float_type_id);

@@ -9,13 +9,15 @@
 //! need: f32 src1 (contiguous rows for float weights, which read it directly), non-empty
 //! extents, grids within every device's limits, and a bounded q8_1 scratch copy.
 
+use super::binary::{accepts_glu_f32, launch_glu};
 use super::matmul_launch::{
-    launch_gemm, launch_gemv, launch_mul_mat_id, mul_mat_fits, q8_1_layout, uses_q8_1, MulMatIdShape, MulMatShape,
-    Q8Shape, GEMV_MAX_COLUMNS, MAX_GRID_X, MAX_GRID_YZ,
+    launch_gemm, launch_gemv, launch_mul_mat_id, launch_seg, mul_mat_fits, q8_1_layout, seg_bytes, uses_q8_1, GluGate,
+    MulMatIdShape, MulMatShape, Q8Shape, GEMV_MAX_COLUMNS, MAX_GRID_X, MAX_GRID_YZ,
 };
 use crate::gpu::kernels::KernelError;
-use crate::gpu::registry::{LaunchCtx, Node, Registration};
-use tandem_graph::{ElemType, Op, Tensor};
+use crate::gpu::registry::{dptr, launch_error, LaunchCtx, Node, Registration};
+use tandem_graph::params::glu_op;
+use tandem_graph::{ElemType, GluOp, Op, Tensor};
 
 /// Which kernel shape a MUL_MAT predicate stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -160,6 +162,61 @@ unsafe fn mul_mat_id(ctx: &LaunchCtx<'_>, node: &Node<'_>, _next: Option<&Node<'
     unsafe { launch_mul_mat_id(ctx, node) }
 }
 
+/// The GLU gate and the one-column MUL_MAT reading it (a GLU FFN's down projection): the
+/// gate's op, and its operands as the GEMV reads them (`x` as its column, `g` beside it), where
+/// the segment GEMV can compute the gate as it reads its column. Split form only (two f32
+/// operands of the gate's shape, contiguous, not swapped), one column of `k` values, one batch,
+/// a weight type with a segment walk.
+fn glu_gemv_parts<'a>(glu: &Node<'a>, mm: &Node<'a>) -> Option<(GluOp, &'a Tensor, &'a Tensor)> {
+    let d = glu.dst;
+    let (op, swapped) = glu_op(d);
+    let (op, x, g) = (op?, glu.src(0)?, glu.src(1)?);
+    let w = mm.src(0)?;
+    // The MUL_MAT reads the gate's result as its activations, not as its weight.
+    let reads_gate = mm.src(1).is_some_and(|a| std::ptr::eq(a, d)) && !std::ptr::eq(w, d);
+    if swapped || !reads_gate || seg_bytes(w.ty).is_none() || !mul_mat_accepts(mm, w.ty, Form::Gemv) {
+        return None;
+    }
+    let column = |t: &Tensor| t.ty == ElemType::F32 && t.ne == d.ne && t.nb[0] == 4 && t.is_contiguous();
+    let s = MulMatShape::new(mm.dst, w, d)?;
+    (column(x) && column(g) && column(d) && s.n == 1 && s.batches() == 1 && d.ne[0] == s.k).then_some((op, x, g))
+}
+
+fn accepts_glu_gemv(node: &Node<'_>, next: Option<&Node<'_>>) -> bool {
+    node.dst.op == Op::Glu
+        && accepts_glu_f32(node, None)
+        && next.is_some_and(|mm| mm.dst.op == Op::MulMat && glu_gemv_parts(node, mm).is_some())
+}
+
+/// A GLU gate and the GEMV that reads it: one segment GEMV computing the gate as it reads its
+/// column where the device runs one for the shape; else the gate's kernel, then the GEMV.
+///
+/// # Safety
+/// [`crate::gpu::registry::Launch`]'s contract.
+unsafe fn glu_gemv(ctx: &LaunchCtx<'_>, node: &Node<'_>, next: Option<&Node<'_>>) -> Result<(), KernelError> {
+    let mm = next.ok_or_else(|| launch_error("hip.glu_gemv", "no MUL_MAT after the gate"))?;
+    let (op, x, g) = glu_gemv_parts(node, mm).ok_or_else(|| launch_error("hip.glu_gemv", "not a gate a GEMV reads"))?;
+    let w = mm
+        .src(0)
+        .ok_or_else(|| launch_error("hip.glu_gemv", "MUL_MAT without a weight"))?;
+    let s = MulMatShape::new(mm.dst, w, node.dst).ok_or_else(|| launch_error("hip.glu_gemv", "empty batch"))?;
+    let gate = GluGate { g: dptr(g), op };
+    // SAFETY: forwarded; x and g are contiguous f32 columns of k values (`glu_gemv_parts`).
+    if unsafe { launch_seg(ctx, w, x, Some(gate), mm.dst, &s) }? {
+        return Ok(());
+    }
+    // The gate's kernel writes the column the GEMV then reads: the GEMV must not read it early.
+    let after = LaunchCtx {
+        act_ready: false,
+        ..*ctx
+    };
+    // SAFETY: forwarded; the predicates of both nodes accepted them.
+    unsafe {
+        launch_glu(ctx, node, None)?;
+        launch_gemv(&after, mm)
+    }
+}
+
 macro_rules! registrations {
     ($($ty:ident: $gemv:literal, $gemm:literal, $mmid:literal;)*) => {
         &[
@@ -187,6 +244,79 @@ macro_rules! registrations {
         ]
     };
 }
+
+/// Two one-column MUL_MATs on the same activations with weights of one type and shape (a
+/// layer's k and v projections, an FFN's gate and up), as one segment GEMV over a batch of two:
+/// the second weight and result as the first's at a byte distance (`nb02`, `nb2`), the column
+/// read by both (`nb12` = 0). `exec::sibling_chain` finds the pair.
+fn pair_shape(a: &Node<'_>, b: &Node<'_>) -> Option<MulMatShape> {
+    let (wa, xa, wb, xb) = (a.src(0)?, a.src(1)?, b.src(0)?, b.src(1)?);
+    let same = wa.ty == wb.ty && wa.ne == wb.ne && wa.nb == wb.nb && std::ptr::eq(xa, xb) && a.dst.ne == b.dst.ne;
+    if !same
+        || seg_bytes(wa.ty).is_none()
+        || !mul_mat_accepts(a, wa.ty, Form::Gemv)
+        || !mul_mat_accepts(b, wa.ty, Form::Gemv)
+    {
+        return None;
+    }
+    let s = MulMatShape::new(a.dst, wa, xa)?;
+    (s.n == 1 && s.batches() == 1 && wa.ne[2] == 1 && wa.ne[3] == 1).then_some(s)
+}
+
+fn accepts_gemv_pair(node: &Node<'_>, next: Option<&Node<'_>>) -> bool {
+    next.is_some_and(|b| b.dst.op == Op::MulMat && pair_shape(node, b).is_some())
+}
+
+/// # Safety
+/// [`crate::gpu::registry::Launch`]'s contract.
+unsafe fn gemv_pair(ctx: &LaunchCtx<'_>, node: &Node<'_>, next: Option<&Node<'_>>) -> Result<(), KernelError> {
+    let b = next.ok_or_else(|| launch_error("hip.gemv_pair", "no second MUL_MAT"))?;
+    let s = pair_shape(node, b).ok_or_else(|| launch_error("hip.gemv_pair", "not a pair of one-column GEMVs"))?;
+    let (wa, x, wb) = match (node.src(0), node.src(1), b.src(0)) {
+        (Some(wa), Some(x), Some(wb)) => (wa, x, wb),
+        _ => return Err(launch_error("hip.gemv_pair", "MUL_MAT without two sources")),
+    };
+    let dw = wb.data as i64 - wa.data as i64;
+    let dd = b.dst.data as i64 - node.dst.data as i64;
+    let pair = MulMatShape {
+        ne12: 2,
+        r2: 1,
+        nb02: dw,
+        nb12: 0,
+        nb2: dd,
+        ..s
+    };
+    // SAFETY: forwarded; batch 1 of `pair` is the second product exactly (its weight `dw` bytes
+    // from the first's, its result `dd` from the first's, the same column), whose tensors the
+    // predicates accepted as the first's; the segment walk takes the batch only where the
+    // distances keep its 16-byte alignment (`gemv_seg_fits`).
+    if dd % 4 == 0 && unsafe { launch_seg(ctx, wa, x, None, node.dst, &pair) }? {
+        return Ok(());
+    }
+    // SAFETY: forwarded; each node's predicate accepted it.
+    unsafe {
+        launch_gemv(ctx, node)?;
+        launch_gemv(ctx, b)
+    }
+}
+
+/// Sibling one-column MUL_MATs in one launch.
+pub const GEMV_PAIR: Registration = Registration {
+    name: "hip.gemv_pair",
+    op: Op::MulMat,
+    fuses: Some(Op::MulMat),
+    accepts: accepts_gemv_pair,
+    launch: gemv_pair,
+};
+
+/// The GLU gate fused into the GEMV that reads it, ahead of the plain MUL_MATs.
+pub const GLU_GEMV: Registration = Registration {
+    name: "hip.glu_gemv",
+    op: Op::Glu,
+    fuses: Some(Op::MulMat),
+    accepts: accepts_glu_gemv,
+    launch: glu_gemv,
+};
 
 pub const REGISTRATIONS: &[Registration] = registrations! {
     F32: "hip.gemv_f32", "hip.mul_mat_f32", "hip.mul_mat_id_f32";
@@ -264,6 +394,41 @@ mod tests {
         let x = b.new_tensor(ElemType::F32, &[k, n, batch[0] * bcast[0], batch[1] * bcast[1]]);
         let d = b.mul_mat(w, x).unwrap();
         (b.build(), d)
+    }
+
+    /// An FFN on one column: gate, up, the gate's GLU, down (types, ops and widths as given).
+    fn ffn(ty: ElemType, up_ty: ElemType, k: i64, ffn: i64, n: i64, op: GluOp) -> (Graph, [TensorId; 4]) {
+        let mut b = GraphBuilder::new();
+        let x = b.new_tensor(ElemType::F32, &[k, n]);
+        let wg = b.new_tensor(ty, &[k, ffn]);
+        let wu = b.new_tensor(up_ty, &[k, ffn]);
+        let wd = b.new_tensor(ty, &[ffn, 64]);
+        let gate = b.mul_mat(wg, x).unwrap();
+        let up = b.mul_mat(wu, x).unwrap();
+        let h = b.glu_split(gate, up, op).unwrap();
+        let down = b.mul_mat(wd, h).unwrap();
+        (b.build(), [gate, up, h, down])
+    }
+
+    #[test]
+    fn sibling_gemvs_pair_and_the_gate_fuses_into_the_down_gemv() {
+        let (g, [gate, up, h, down]) = ffn(ElemType::Q4_0, ElemType::Q4_0, 256, 512, 1, GluOp::Swiglu);
+        let n = |id| Node::of(&g, id);
+        assert!(accepts_gemv_pair(&n(gate), Some(&n(up))));
+        assert!(accepts_glu_gemv(&n(h), Some(&n(down))));
+        // The down GEMV does not pair with the gate (another column), nor the gate with the GLU.
+        assert!(!accepts_gemv_pair(&n(gate), Some(&n(down))));
+        assert!(!accepts_glu_gemv(&n(h), Some(&n(up))));
+        // Weights of two types, or types without a segment walk, stay apart; so do two columns.
+        let (g2, [gate2, up2, h2, down2]) = ffn(ElemType::Q4_0, ElemType::Q8_0, 256, 512, 1, GluOp::Swiglu);
+        assert!(!accepts_gemv_pair(&Node::of(&g2, gate2), Some(&Node::of(&g2, up2))));
+        assert!(accepts_glu_gemv(&Node::of(&g2, h2), Some(&Node::of(&g2, down2))));
+        let (g3, [gate3, up3, h3, down3]) = ffn(ElemType::Q5_0, ElemType::Q5_0, 256, 512, 1, GluOp::Geglu);
+        assert!(!accepts_gemv_pair(&Node::of(&g3, gate3), Some(&Node::of(&g3, up3))));
+        assert!(!accepts_glu_gemv(&Node::of(&g3, h3), Some(&Node::of(&g3, down3))));
+        let (g4, [gate4, up4, h4, down4]) = ffn(ElemType::Q4_0, ElemType::Q4_0, 256, 512, 2, GluOp::Swiglu);
+        assert!(!accepts_gemv_pair(&Node::of(&g4, gate4), Some(&Node::of(&g4, up4))));
+        assert!(!accepts_glu_gemv(&Node::of(&g4, h4), Some(&Node::of(&g4, down4))));
     }
 
     #[test]

@@ -51,7 +51,7 @@ use crate::gpu::api::{DevicePtr, LaunchConfig};
 use crate::gpu::kernels::KernelError;
 use crate::gpu::registry::{dptr, launch_error, LaunchCtx, Node};
 use crate::gpu::safe::KernelArgs;
-use tandem_graph::{ElemType, Tensor};
+use tandem_graph::{ElemType, GluOp, Tensor};
 
 pub const GEMV_FAMILY: &str = "gemv";
 pub const GEMM_FAMILY: &str = "gemm";
@@ -165,7 +165,8 @@ pub struct MulMatShape {
     pub nb2: i64,
     pub nb3: i64,
     /// Bit 0 ([`MM_ACT_EARLY`]): the one-column GEMV in units may read and quantize the
-    /// activations before its tandem_grid_wait; 0 for every other kernel.
+    /// activations before its tandem_grid_wait; bits 8..15 ([`MM_GLU_SHIFT`], the segment GEMVs):
+    /// a GLU gate applied to the column as it is read; 0 for every other kernel.
     pub flags: i64,
 }
 const _: () = assert!(std::mem::size_of::<MulMatShape>() == 144);
@@ -1594,38 +1595,11 @@ pub unsafe fn launch_gemv(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
             .map_err(KernelError::Gpu);
         }
     }
+    // SAFETY: forwarded.
+    if unsafe { launch_seg(ctx, w, src1, None, node.dst, &s) }? {
+        return Ok(());
+    }
     let waves = gemv_waves(ctx.info.warp_size);
-    let (warp, units) = (ctx.info.warp_size, ctx.info.compute_units);
-    let seg = gemv_seg_fits(w.ty, dptr(w), &s, waves, warp, units, &ctx.info.arch)
-        && !crate::config::Config::get().is_disabled(SEG_SWITCH);
-    let in_units = seg && seg_in_units(w.ty, s.k, warp, &ctx.info.arch);
-    // In units the column is read and quantized before the wait where it is in place.
-    let flags = if in_units && ctx.act_ready { MM_ACT_EARLY } else { 0 };
-    let overlapped = overlaps_ahead(ctx, flags != 0);
-    if let Some(entry) = if seg_narrow(w.ty, &s, waves, warp, units, in_units, overlapped) {
-        seg_narrow_entry(w.ty)
-    } else if in_units {
-        seg_units_entry(w.ty)
-    } else {
-        seg_entry(w.ty)
-    }
-    .filter(|_| seg)
-    {
-        let f = ctx.kernels.function(GEMV_FAMILY, entry)?;
-        let cfg = gemv_seg_config(w.ty, &s, waves, warp, units, in_units, overlapped);
-        let mut args = KernelArgs::new();
-        args.push(dptr(w))
-            .push(dptr(src1))
-            .push(dptr(node.dst))
-            .push(MulMatShape { flags, ..s });
-        // SAFETY: (w, src1, dst, tandem_mm_shape); the grid's waves take rows [0, m) of each
-        // batch (stretches or units), whose weights are `m * nb01` contiguous bytes from a
-        // 16-byte-aligned base (`gemv_seg_fits`), read in 16-byte units up to that end; the block
-        // quantizes src1's one column into the shared memory counted by the config, before
-        // tandem_grid_wait only with MM_ACT_EARLY (no kernel ahead of it still writes src1).
-        // Dependent launch as below.
-        return unsafe { launch_decode(ctx, &f, cfg, &mut args) };
-    }
     let names = entries(w.ty).ok_or_else(|| launch_error("gemv", "no kernel for this weight type"))?;
     let f = ctx
         .kernels
@@ -1664,6 +1638,75 @@ pub unsafe fn launch_gemv(ctx: &LaunchCtx<'_>, node: &Node<'_>) -> Result<(), Ke
     // read only the weights before tandem_grid_wait, and as a dependent launch only where no node
     // of the graph writes them (`settled`).
     unsafe { launch_decode(ctx, &f, cfg, &mut args) }
+}
+
+/// A GLU gate a one-column segment GEMV computes as it reads its column (`TANDEM_MM_GLU_SHIFT`
+/// in gemv.hip): the column is `op(src1, g)` elementwise, `g` laid out as src1.
+#[derive(Clone, Copy, Debug)]
+pub struct GluGate {
+    pub g: DevicePtr,
+    pub op: GluOp,
+}
+
+/// Bit of `MulMatShape::flags` where the GLU gate's op (+ 1) starts (`TANDEM_MM_GLU_SHIFT`).
+pub const MM_GLU_SHIFT: i64 = 8;
+
+/// Queues the segment GEMV (`tandem_gemv_<t>_s1`, `_u1` or `_n1`) of `w` on `src1` into `dst` where
+/// this device runs one for the shape; `Ok(false)` (nothing queued) where it does not. With
+/// `glu` the column is that gate's result, computed as the kernel reads it; the column is then
+/// read after the wait for the kernels ahead (they write the gate's operands).
+///
+/// # Safety
+/// As [`launch_gemv`]; with `glu`, `glu.g` holds as many f32 values as src1, with its strides.
+pub unsafe fn launch_seg(
+    ctx: &LaunchCtx<'_>,
+    w: &Tensor,
+    src1: &Tensor,
+    glu: Option<GluGate>,
+    dst: &Tensor,
+    s: &MulMatShape,
+) -> Result<bool, KernelError> {
+    let waves = gemv_waves(ctx.info.warp_size);
+    let (warp, units) = (ctx.info.warp_size, ctx.info.compute_units);
+    let seg = gemv_seg_fits(w.ty, dptr(w), s, waves, warp, units, &ctx.info.arch)
+        && !crate::config::Config::get().is_disabled(SEG_SWITCH);
+    let in_units = seg && seg_in_units(w.ty, s.k, warp, &ctx.info.arch);
+    // In units the column is read and quantized before the wait where it is in place.
+    let early = if in_units && ctx.act_ready && glu.is_none() {
+        MM_ACT_EARLY
+    } else {
+        0
+    };
+    let overlapped = overlaps_ahead(ctx, early != 0);
+    let Some(entry) = if seg_narrow(w.ty, s, waves, warp, units, in_units, overlapped) {
+        seg_narrow_entry(w.ty)
+    } else if in_units {
+        seg_units_entry(w.ty)
+    } else {
+        seg_entry(w.ty)
+    }
+    .filter(|_| seg) else {
+        return Ok(false);
+    };
+    let f = ctx.kernels.function(GEMV_FAMILY, entry)?;
+    let cfg = gemv_seg_config(w.ty, s, waves, warp, units, in_units, overlapped);
+    let gate = glu.map_or(0, |g| (g.op as i64 + 1) << MM_GLU_SHIFT);
+    let mut args = KernelArgs::new();
+    args.push(dptr(w))
+        .push(dptr(src1))
+        .push(glu.map_or(DevicePtr(0), |g| g.g))
+        .push(dptr(dst))
+        .push(MulMatShape {
+            flags: early | gate,
+            ..*s
+        });
+    // SAFETY: (w, src1, gb, dst, tandem_mm_shape); the grid's waves take rows [0, m) of each
+    // batch (stretches or units), whose weights are `m * nb01` contiguous bytes from a
+    // 16-byte-aligned base (`gemv_seg_fits`), read in 16-byte units up to that end; the block
+    // quantizes src1's one column (with a gate, op(src1, gb) read at the same offsets) into the
+    // shared memory counted by the config, before tandem_grid_wait only with MM_ACT_EARLY (no
+    // kernel ahead of it still writes src1). Dependent launch as in `launch_decode`.
+    unsafe { launch_decode(ctx, &f, cfg, &mut args) }.map(|()| true)
 }
 
 /// Queues a decode GEMV: a dependent launch where no node of the graph writes its weights

@@ -19,6 +19,7 @@ pub mod softmax;
 /// registration fusing a chain from an op comes before that op's plain ones (rows' residual
 /// ADD + norm before binary's ADD).
 pub(crate) const PARTS: &[&[Registration]] = &[
+    &[matmul::GLU_GEMV, matmul::GEMV_PAIR],
     rows::REGISTRATIONS,
     binary::REGISTRATIONS,
     softmax::REGISTRATIONS,
