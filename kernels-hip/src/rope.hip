@@ -31,6 +31,12 @@ struct tandem_rope_shape {
     i32 neox;
     i32 has_ff;
     i32 ty;             // ggml type id of src and dst: 0 f32, 1 f16
+    i32 cty;            // with a cache: its ggml type id (0 f32, 1 f16); -1: none
+    // The SET_ROWS that stores the rotated rows of one token into a cache (a KV cache's K), fused:
+    // element e of head i1 goes to row idx[0] of `cache` at element i1 * ne[0] + e.
+    i64 cnb1;           // cache row stride in bytes
+    i64 crows;          // cache rows (an index outside them writes nothing)
+    i32 idx64;          // the index is i64 (else i32)
     i32 pad;
 };
 
@@ -46,9 +52,11 @@ TANDEM_DEVICE void tandem_rope_store(char* p, int ty, float v) {
     }
 }
 
-// Dynamic shared memory: 2 * (n_dims / 2) floats (cos table, then sin table).
+// Dynamic shared memory: 2 * (n_dims / 2) floats (cos table, then sin table). With s.cty >= 0
+// (one token), every value written to dst is written to the cache row idx[0] as well.
 extern "C" __global__ void __launch_bounds__(256)
-tandem_rope(const char* src, const char* pos, const char* ff, char* dst, tandem_rope_shape s) {
+tandem_rope(const char* src, const char* pos, const char* ff, char* dst, tandem_rope_shape s, char* cache,
+            const char* idx) {
     extern __shared__ float tandem_rope_table[];
     const i64 half = s.n_dims / 2;
     float* cos_t = tandem_rope_table;
@@ -62,6 +70,13 @@ tandem_rope(const char* src, const char* pos, const char* ff, char* dst, tandem_
     const i64 work = h_count * units;
     const i64 tokens = s.ne[2] * s.ne[3];
     const float ramp_width = fmaxf(s.corr1 - s.corr0, 0.001f);
+    // The cache row the fused SET_ROWS writes, null where none (or its index is out of range).
+    char* crow = nullptr;
+    if (s.cty >= 0) {
+        const i64 r = s.idx64 ? *(const i64*)idx : (i64)*(const i32*)idx;
+        if (r >= 0 && r < s.crows) crow = cache + r * s.cnb1;
+    }
+    const int csize = s.cty == 1 ? 2 : 4;
     for (i64 t = blockIdx.y; t < tokens; t += gridDim.y) {
         const i64 i2 = t % s.ne[2];
         const i64 i3 = t / s.ne[2];
@@ -90,9 +105,12 @@ tandem_rope(const char* src, const char* pos, const char* ff, char* dst, tandem_
             const i64 u = w % units;
             const char* a = src + i1 * s.nbs[1] + i2 * s.nbs[2] + i3 * s.nbs[3];
             char* d = dst + i1 * s.nbd[1] + i2 * s.nbd[2] + i3 * s.nbd[3];
+            char* c = crow ? crow + i1 * s.ne[0] * csize : nullptr;
             if (u < s.n_offs || u >= s.n_offs + half) {
                 const i64 e = u < s.n_offs ? u : u + half;
-                tandem_rope_store(d + e * s.nbd[0], s.ty, tandem_rope_load(a + e * s.nbs[0], s.ty));
+                const float v = tandem_rope_load(a + e * s.nbs[0], s.ty);
+                tandem_rope_store(d + e * s.nbd[0], s.ty, v);
+                if (c) tandem_rope_store(c + e * csize, s.cty, v);
                 continue;
             }
             const i64 k = u - s.n_offs;
@@ -100,10 +118,15 @@ tandem_rope(const char* src, const char* pos, const char* ff, char* dst, tandem_
             const i64 e1 = s.neox ? e0 + half : e0 + 1;
             const float x0 = tandem_rope_load(a + e0 * s.nbs[0], s.ty);
             const float x1 = tandem_rope_load(a + e1 * s.nbs[0], s.ty);
-            const float c = cos_t[k];
+            const float cs = cos_t[k];
             const float sn = sin_t[k];
-            tandem_rope_store(d + e0 * s.nbd[0], s.ty, x0 * c - x1 * sn);
-            tandem_rope_store(d + e1 * s.nbd[0], s.ty, x0 * sn + x1 * c);
+            const float y0 = x0 * cs - x1 * sn, y1 = x0 * sn + x1 * cs;
+            tandem_rope_store(d + e0 * s.nbd[0], s.ty, y0);
+            tandem_rope_store(d + e1 * s.nbd[0], s.ty, y1);
+            if (c) {
+                tandem_rope_store(c + e0 * csize, s.cty, y0);
+                tandem_rope_store(c + e1 * csize, s.cty, y1);
+            }
         }
         // The next token rewrites the table.
         __syncthreads();

@@ -456,6 +456,7 @@ pub fn plan(g: &Graph, kinds: &[MemKind], registry: &Registry, log: bool, split:
 pub fn fused_chain(g: &Graph, kinds: &[MemKind], i: usize, uses: &[u32]) -> Option<usize> {
     match g.tensor(g.nodes[i]).op {
         Op::MulMat => sibling_chain(g, kinds, i),
+        Op::Rope => rope_set_rows_chain(g, kinds, i),
         Op::Mul => moe_sum_chain(g, kinds, i, uses),
         Op::SoftMax => topk_moe_chain(g, kinds, i, uses),
         Op::SumRows => sum_clamp_div_chain(g, kinds, i, uses),
@@ -483,6 +484,19 @@ pub fn sibling_chain(g: &Graph, kinds: &[MemKind], i: usize) -> Option<usize> {
         && in_device(bt)
         && gpu_visible(g, kinds, b);
     siblings.then_some(j)
+}
+
+/// A ROPE from node `i` and, after views only, the SET_ROWS that stores a view of its result
+/// (a K cache store): returns the SET_ROWS's index. The fused kernel writes the ROPE's result
+/// too, so other readers of it do not matter.
+pub fn rope_set_rows_chain(g: &Graph, kinds: &[MemKind], i: usize) -> Option<usize> {
+    let r = g.nodes[i];
+    let j = (i + 1..g.nodes.len()).find(|&j| !is_noop(g.tensor(g.nodes[j])))?;
+    let st = g.tensor(g.nodes[j]);
+    let stores = st.op == Op::SetRows
+        && st.src[0].is_some_and(|v| g.storage_root(v) == (r, 0))
+        && gpu_visible(g, kinds, g.nodes[j]);
+    stores.then_some(j)
 }
 
 /// A residual ADD met by the next norm from node `i`: `s = ADD(x, y)`, `n = RMS_NORM(s)`,
@@ -1305,6 +1319,36 @@ mod tests {
     /// A residual ADD, the RMS_NORM of its sum and the MUL by the norm's weight: a chain from the
     /// ADD to the MUL, with the sum read again later; not where something else reads the norm,
     /// the norm is an output, or the MUL reads the sum itself.
+    /// A ROPE and, after a reshape, the SET_ROWS storing it make a chain; a SET_ROWS of
+    /// something else does not.
+    #[test]
+    fn a_rope_and_its_cache_store_chain() {
+        let mut b = GraphBuilder::new();
+        let k = b.new_tensor(ElemType::F32, &[64, 2, 1]);
+        let other = b.new_tensor(ElemType::F32, &[128, 1]);
+        let pos = b.new_tensor(ElemType::I32, &[1]);
+        let cache = b.new_tensor(ElemType::F16, &[128, 8]);
+        let idx = b.new_tensor(ElemType::I64, &[1]);
+        let r = b
+            .rope(k, pos, None, tandem_graph::params::RopeParams::llama(64, false))
+            .unwrap();
+        let rows = b.reshape(r, &[128, 1]).unwrap();
+        b.set_rows(cache, rows, idx).unwrap();
+        b.rope(k, pos, None, tandem_graph::params::RopeParams::llama(64, true))
+            .unwrap();
+        b.set_rows(cache, other, idx).unwrap();
+        let g = b.build();
+        let kinds = vec![MemKind::Device; g.tensors.len()];
+        let at = |i: usize| g.tensor(g.nodes[i]).op;
+        assert_eq!(
+            (at(0), at(2), at(3), at(4)),
+            (Op::Rope, Op::SetRows, Op::Rope, Op::SetRows)
+        );
+        assert_eq!(rope_set_rows_chain(&g, &kinds, 0), Some(2));
+        assert_eq!(fused_chain(&g, &kinds, 0, &consumers(&g)), Some(2));
+        assert_eq!(rope_set_rows_chain(&g, &kinds, 3), None);
+    }
+
     /// Two MUL_MATs on one column with only views between pair up; not when the second reads
     /// the first's result, reads another column, or either weight lies in pinned host memory.
     #[test]

@@ -63,7 +63,41 @@ fn rope(c: RopeCase) -> Case {
     })
 }
 
+/// A K cache store: the ROPE of `n_tokens` tokens of `n_head` heads, viewed as rows of
+/// `head_dim * n_head` values and stored by SET_ROWS into a cache of 16 rows of type `cache`
+/// (the chain a GPU may run as one kernel for one token); judged on the cache.
+fn rope_store(
+    cache: ElemType,
+    idx_ty: ElemType,
+    neox: bool,
+    head_dim: i64,
+    n_dims: i64,
+    n_head: i64,
+    n_tokens: i64,
+) -> Case {
+    let name = format!(
+        "SET_ROWS(type={cache},idx={idx_ty},x=ROPE(mode={},head_dim={head_dim},n_dims={n_dims},heads={n_head},tokens={n_tokens}))",
+        if neox { "neox" } else { "normal" },
+    );
+    Case::new(Op::SetRows, name, move |s: &mut Setup| {
+        let k = s.input(ElemType::F32, &[head_dim, n_head, n_tokens])?;
+        let pos = s.input_with(ElemType::I32, &[n_tokens], Fill::Index(512))?;
+        let dst = s.input(cache, &[head_dim * n_head, 16])?;
+        let idx = s.input_with(idx_ty, &[n_tokens], Fill::DistinctIndex(16))?;
+        let r = s.g.rope(k, pos, None, RopeParams::llama(n_dims as i32, neox))?;
+        let rows = s.g.reshape(r, &[head_dim * n_head, n_tokens])?;
+        s.g.set_rows(dst, rows, idx)
+    })
+}
+
 pub fn cases(v: &mut Vec<Case>) {
+    for (cache, idx_ty) in [(ElemType::F16, ElemType::I64), (ElemType::F32, ElemType::I32)] {
+        for neox in [false, true] {
+            v.push(rope_store(cache, idx_ty, neox, 128, 128, 8, 1));
+            v.push(rope_store(cache, idx_ty, neox, 64, 32, 3, 1));
+        }
+        v.push(rope_store(cache, idx_ty, false, 128, 128, 8, 4));
+    }
     for ty in [ElemType::F32, ElemType::F16] {
         for neox in [false, true] {
             for head_dim in [64, 80, 128] {

@@ -5,7 +5,7 @@
 //! them (in f32: their floor/ceil make the rounding matter).
 
 use super::binary::{elements_disjoint, well_formed};
-use crate::gpu::api::LaunchConfig;
+use crate::gpu::api::{DevicePtr, LaunchConfig};
 use crate::gpu::kernels::KernelError;
 use crate::gpu::registry::{dptr, launch_error, LaunchCtx, Node, Registration};
 use crate::gpu::safe::KernelArgs;
@@ -14,6 +14,7 @@ use tandem_graph::params::RopeParams;
 use tandem_graph::{ElemType, Op, Tensor};
 
 pub const REGISTRATIONS: &[Registration] = &[
+    ROPE_SET_ROWS,
     Registration {
         name: "hip.rope_f32",
         op: Op::Rope,
@@ -29,6 +30,17 @@ pub const REGISTRATIONS: &[Registration] = &[
         launch: launch_rope,
     },
 ];
+
+/// A token's K rotated and stored into the KV cache in one launch: ROPE (f32, one token,
+/// contiguous), a view of its result as one row, and the SET_ROWS of that row into an f16 or f32
+/// cache (`exec::rope_set_rows_chain` finds them); the rotated values go to both.
+pub const ROPE_SET_ROWS: Registration = Registration {
+    name: "hip.rope_set_rows",
+    op: Op::Rope,
+    fuses: Some(Op::SetRows),
+    accepts: accepts_rope_set_rows,
+    launch: launch_rope_set_rows,
+};
 
 const FAMILY: &str = "rope";
 const BLOCK: u32 = 256;
@@ -61,9 +73,14 @@ pub struct RopeShape {
     pub neox: i32,
     pub has_ff: i32,
     pub ty: i32,
+    /// With a fused SET_ROWS ([`ROPE_SET_ROWS`]): the cache's ggml type id; -1 without.
+    pub cty: i32,
+    pub cnb1: i64,
+    pub crows: i64,
+    pub idx64: i32,
     pub pad: i32,
 }
-const _: () = assert!(std::mem::size_of::<RopeShape>() == 176);
+const _: () = assert!(std::mem::size_of::<RopeShape>() == 200);
 
 /// The pair indices where YaRN's ramp starts and ends: where `n_rot` full turns fit into
 /// `n_ctx_orig` positions, floored/ceiled and kept inside `0..n_dims`.
@@ -130,6 +147,10 @@ fn rope_shape(node: &Node<'_>, ty: ElemType) -> Option<RopeShape> {
         neox: (p.mode == ROPE_TYPE_NEOX) as i32,
         has_ff: ff.is_some() as i32,
         ty: ty.ggml_id() as i32,
+        cty: -1,
+        cnb1: 0,
+        crows: 0,
+        idx64: 0,
         pad: 0,
     })
 }
@@ -158,11 +179,74 @@ fn launch_config(s: &RopeShape) -> LaunchConfig {
     }
 }
 
+/// The rope's shape with the fused SET_ROWS's cache filled in, for a ROPE of one token whose
+/// result (contiguous f32) the SET_ROWS stores as one row: its values a view of that result
+/// ([heads * head_dim, 1], offset 0), one i64 or i32 index, an f16 or f32 cache of such rows.
+fn rope_set_rows_shape(rope: &Node<'_>, set: &Node<'_>) -> Option<RopeShape> {
+    let d = rope.dst;
+    let (v, idx, cache) = (set.src(0)?, set.src(1)?, set.dst);
+    let one_token = d.ne[2] == 1 && d.ne[3] == 1 && d.is_contiguous();
+    let row = v.ty == ElemType::F32 && v.ne == [d.ne[0] * d.ne[1], 1, 1, 1] && v.view_offs == 0;
+    let index = matches!(idx.ty, ElemType::I64 | ElemType::I32) && idx.nelements() == 1;
+    let cty = match cache.ty {
+        ElemType::F16 | ElemType::F32 => cache.ty.ggml_id() as i32,
+        _ => return None,
+    };
+    let rows = cache.ne[0] == v.ne[0] && cache.nb[0] == cache.ty.type_size() && cache.ne[2] == 1 && cache.ne[3] == 1;
+    if !(one_token && row && index && rows) || tandem_ops::cpu::check(cache, &set.srcs).is_err() {
+        return None;
+    }
+    Some(RopeShape {
+        cty,
+        cnb1: cache.nb[1] as i64,
+        crows: cache.ne[1],
+        idx64: (idx.ty == ElemType::I64) as i32,
+        ..rope_shape(rope, ElemType::F32)?
+    })
+}
+
+fn accepts_rope_set_rows(node: &Node<'_>, next: Option<&Node<'_>>) -> bool {
+    next.is_some_and(|set| set.dst.op == Op::SetRows && rope_set_rows_shape(node, set).is_some())
+}
+
+/// # Safety
+/// See [`crate::gpu::registry::Launch`].
+unsafe fn launch_rope_set_rows(
+    ctx: &LaunchCtx<'_>,
+    node: &Node<'_>,
+    next: Option<&Node<'_>>,
+) -> Result<(), KernelError> {
+    let set = next.ok_or_else(|| launch_error("hip.rope_set_rows", "no SET_ROWS"))?;
+    let shape = rope_set_rows_shape(node, set)
+        .ok_or_else(|| launch_error("hip.rope_set_rows", "not a ROPE and SET_ROWS the kernel runs"))?;
+    let idx = set
+        .src(1)
+        .ok_or_else(|| launch_error("hip.rope_set_rows", "no index"))?;
+    // SAFETY: forwarded; the cache rows and the index are the SET_ROWS's, whose shapes the
+    // predicate checked (the kernel range-checks the index).
+    unsafe { queue_rope(ctx, node, shape, dptr(set.dst), dptr(idx)) }
+}
+
 /// # Safety
 /// See [`crate::gpu::registry::Launch`].
 unsafe fn launch_rope(ctx: &LaunchCtx<'_>, node: &Node<'_>, _next: Option<&Node<'_>>) -> Result<(), KernelError> {
     let d: &Tensor = node.dst;
     let shape = rope_shape(node, d.ty).ok_or_else(|| launch_error("hip.rope", "not a ROPE node the kernel runs"))?;
+    // SAFETY: forwarded; without a cache (`cty` -1) the kernel reads neither address.
+    unsafe { queue_rope(ctx, node, shape, DevicePtr(0), DevicePtr(0)) }
+}
+
+/// # Safety
+/// As [`crate::gpu::registry::Launch`]; with `shape.cty` >= 0, `cache` holds `crows` rows of
+/// `cnb1` bytes, each of `ne[0] * ne[1]` elements, and `idx` one index.
+unsafe fn queue_rope(
+    ctx: &LaunchCtx<'_>,
+    node: &Node<'_>,
+    shape: RopeShape,
+    cache: DevicePtr,
+    idx: DevicePtr,
+) -> Result<(), KernelError> {
+    let d: &Tensor = node.dst;
     if d.ne.contains(&0) {
         return Ok(());
     }
@@ -173,10 +257,16 @@ unsafe fn launch_rope(ctx: &LaunchCtx<'_>, node: &Node<'_>, _next: Option<&Node<
     let ff = node.src(2).map_or(dptr(pos), dptr);
     let f = ctx.kernels.function(FAMILY, "tandem_rope")?;
     let mut args = KernelArgs::new();
-    args.push(dptr(a)).push(dptr(pos)).push(ff).push(dptr(d)).push(shape);
+    args.push(dptr(a))
+        .push(dptr(pos))
+        .push(ff)
+        .push(dptr(d))
+        .push(shape)
+        .push(cache)
+        .push(idx);
     // SAFETY: the parameter list is (const char*, const char*, const char*, char*,
-    // tandem_rope_shape); the predicate checked types, shapes, strides and the table size; the
-    // registry contract gives device addresses covering each tensor.
+    // tandem_rope_shape, char*, const char*); the predicate checked types, shapes, strides and
+    // the table size; the registry contract gives device addresses covering each tensor.
     unsafe { ctx.stream.launch(&f, launch_config(&shape), &mut args) }.map_err(KernelError::Gpu)
 }
 
@@ -197,6 +287,34 @@ mod tests {
         let f = ff.then(|| g.new_tensor(ElemType::F32, &[p.n_dims as i64 / 2]));
         let d = g.rope(a, pos, f, p).unwrap();
         (g.build(), d)
+    }
+
+    /// ROPE of `tokens` tokens (8 heads of 128), reshaped to rows, SET_ROWS into a `cache` cache.
+    fn store(cache: ElemType, tokens: i64) -> (Graph, TensorId, TensorId) {
+        let mut g = GraphBuilder::new();
+        let k = g.new_tensor(ElemType::F32, &[128, 8, tokens]);
+        let pos = g.new_tensor(ElemType::I32, &[tokens]);
+        let c = g.new_tensor(cache, &[1024, 32]);
+        let idx = g.new_tensor(ElemType::I64, &[tokens]);
+        let r = g.rope(k, pos, None, RopeParams::llama(128, false)).unwrap();
+        let rows = g.reshape(r, &[1024, tokens]).unwrap();
+        let set = g.set_rows(c, rows, idx).unwrap();
+        (g.build(), r, set)
+    }
+
+    #[test]
+    fn one_tokens_k_store_fuses_into_the_rope() {
+        let (g, r, set) = store(ElemType::F16, 1);
+        let s = rope_set_rows_shape(&Node::of(&g, r), &Node::of(&g, set)).unwrap();
+        assert_eq!((s.cty, s.cnb1, s.crows, s.idx64), (1, 2048, 32, 1));
+        assert!(accepts_rope_set_rows(&Node::of(&g, r), Some(&Node::of(&g, set))));
+        // Several tokens (their indices may repeat) or a quantized cache: apart.
+        let (g2, r2, set2) = store(ElemType::F16, 4);
+        assert!(!accepts_rope_set_rows(&Node::of(&g2, r2), Some(&Node::of(&g2, set2))));
+        let (g3, r3, set3) = store(ElemType::Q8_0, 1);
+        assert!(!accepts_rope_set_rows(&Node::of(&g3, r3), Some(&Node::of(&g3, set3))));
+        // The plain rope leaves the cache alone.
+        assert_eq!(rope_shape(&Node::of(&g, r), ElemType::F32).unwrap().cty, -1);
     }
 
     #[test]
