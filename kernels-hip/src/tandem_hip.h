@@ -61,6 +61,13 @@ typedef long long i64;
 typedef unsigned long long u64;
 
 #define TANDEM_DEVICE static __device__ __forceinline__
+// A device function kept out of line (a rarely taken path whose code, inlined at every use,
+// would crowd a hot kernel out of the instruction cache).
+#if defined(TANDEM_NVIDIA)
+#define TANDEM_NOINLINE static __device__ __noinline__
+#else
+#define TANDEM_NOINLINE static __device__ __attribute__((noinline))
+#endif
 
 // +inf without <math.h> (NVRTC has no INFINITY macro).
 #define TANDEM_INF __int_as_float(0x7f800000)
