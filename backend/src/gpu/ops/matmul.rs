@@ -309,7 +309,11 @@ pub const GEMV_PAIR: Registration = Registration {
     launch: gemv_pair,
 };
 
-/// The GLU gate fused into the GEMV that reads it, ahead of the plain MUL_MATs.
+/// The GLU gate fused into the GEMV that reads it. Not registered yet: its one model run (H100,
+/// dense Q4_0 decode, forty-fifth record) had the gate's code inlined at every value of the
+/// column load, and the down GEMV took 58.5 against 17.9 µs; with the gate out of line the
+/// kernel is back to its size, but every block still computes the gate over the whole column
+/// before its first dot, and that has not been timed against the gate's own kernel.
 pub const GLU_GEMV: Registration = Registration {
     name: "hip.glu_gemv",
     op: Op::Glu,
