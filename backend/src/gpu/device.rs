@@ -873,14 +873,16 @@ impl GpuDevice {
             // The same for a matmul's activations (unless TANDEM_EARLY_ACTIVATIONS=0 has
             // every kernel wait before it reads them, as when the kernel ahead writes them).
             let act_ready = ready(&plan.act_writer) && Config::get().early_activations;
-            // A step that ends in a matmul (a gate fused into the GEMV reading it) may go out as
-            // a dependent launch as that matmul would: by its weight.
+            // A dependent launch reads the weights of every matmul the step computes before it
+            // waits (a pair of GEMVs: both; a gate fused into the GEMV reading it: the GEMV's).
             let last = *index + *span;
-            let lead = match g.tensor(g.nodes[last]).op {
-                Op::MulMat | Op::MulMatId => last,
-                _ => *index,
+            let matmul = |i: usize| matches!(g.tensor(g.nodes[i]).op, Op::MulMat | Op::MulMatId);
+            let settled_at = |i: usize| plan.settled.get(i).copied().unwrap_or(false);
+            let settled = match (matmul(*index), matmul(last)) {
+                (_, false) => settled_at(*index),
+                (false, true) => settled_at(last),
+                (true, true) => settled_at(*index) && settled_at(last),
             };
-            let settled = plan.settled.get(lead).copied().unwrap_or(false);
             let lc = self.launch_ctx(st, settled, ids_ready, act_ready);
             // SAFETY: forwarded contract; kinds were read from this device's map.
             unsafe { exec::launch_step(&lc, g, kinds, &self.registry, *index, *reg, *span)? };

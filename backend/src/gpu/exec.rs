@@ -472,7 +472,7 @@ pub fn fused_chain(g: &Graph, kinds: &[MemKind], i: usize, uses: &[u32]) -> Opti
 pub fn sibling_chain(g: &Graph, kinds: &[MemKind], i: usize) -> Option<usize> {
     let a = g.nodes[i];
     let at = g.tensor(a);
-    let j = (i + 1..g.nodes.len()).find(|&j| !is_noop(g.tensor(g.nodes[j])))?;
+    let j = next_node(g, i)?;
     let b = g.nodes[j];
     let bt = g.tensor(b);
     let in_device = |t: &Tensor| t.src[0].is_some_and(|w| kinds[w.index()] == MemKind::Device);
@@ -486,12 +486,17 @@ pub fn sibling_chain(g: &Graph, kinds: &[MemKind], i: usize) -> Option<usize> {
     siblings.then_some(j)
 }
 
+/// The index of the first node after node `i` that is not a view (or other no-op).
+fn next_node(g: &Graph, i: usize) -> Option<usize> {
+    (i + 1..g.nodes.len()).find(|&j| !is_noop(g.tensor(g.nodes[j])))
+}
+
 /// A ROPE from node `i` and, after views only, the SET_ROWS that stores a view of its result
 /// (a K cache store): returns the SET_ROWS's index. The fused kernel writes the ROPE's result
 /// too, so other readers of it do not matter.
 pub fn rope_set_rows_chain(g: &Graph, kinds: &[MemKind], i: usize) -> Option<usize> {
     let r = g.nodes[i];
-    let j = (i + 1..g.nodes.len()).find(|&j| !is_noop(g.tensor(g.nodes[j])))?;
+    let j = next_node(g, i)?;
     let st = g.tensor(g.nodes[j]);
     let stores = st.op == Op::SetRows
         && st.src[0].is_some_and(|v| g.storage_root(v) == (r, 0))
