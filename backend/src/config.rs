@@ -108,6 +108,9 @@ pub struct Config {
     pub split_share: Option<f64>,
     /// `TANDEM_TRACE_SPLIT`: print each split shape's share and rates at power-of-two calls.
     pub trace_split: bool,
+    /// `TANDEM_PROFILE`: `Some(n)`: GPU devices run every graph launch by launch, time each step
+    /// with events and print a table per plan after every n runs of it ([`crate::gpu::profile`]).
+    pub profile: Option<usize>,
     /// `TANDEM_CPU_SCALAR` (read again by `tandem_ops::simd`, which cannot see this crate).
     pub cpu_scalar: bool,
     /// Every variable above as read, in the order of `docs/env-vars.md`.
@@ -224,6 +227,21 @@ impl Config {
         let split_share = split_share.flatten();
         let trace_split = r.flag("TANDEM_TRACE_SPLIT", false);
         let cpu_scalar = r.flag("TANDEM_CPU_SCALAR", false);
+        let profile = r
+            .parse(
+                "TANDEM_PROFILE",
+                "a whole number of runs (0: off)",
+                |v| v.trim().parse::<usize>().ok(),
+                "off",
+                |n| {
+                    if *n == 0 {
+                        "off".to_string()
+                    } else {
+                        format!("a table every {n} runs of a graph")
+                    }
+                },
+            )
+            .filter(|n| *n > 0);
         Config {
             host_device,
             threads,
@@ -239,6 +257,7 @@ impl Config {
             split_share,
             trace_split,
             cpu_scalar,
+            profile,
             settings: r.settings,
             warnings: r.warnings,
         }
@@ -479,6 +498,14 @@ mod tests {
             let c = with("TANDEM_SPLIT_SHARE", bad);
             assert_eq!((c.split_share, c.warnings.len()), (None, 1), "{bad}");
         }
+        assert_eq!(with("TANDEM_PROFILE", "32").profile, Some(32));
+        assert_eq!(with("TANDEM_PROFILE", "0").profile, None);
+        assert_eq!(Config::from_lookup(|_| None).profile, None);
+        for bad in ["-1", "on", "2.5"] {
+            let c = with("TANDEM_PROFILE", bad);
+            assert_eq!((c.profile, c.warnings.len()), (None, 1), "{bad}");
+            assert!(c.warnings[0].contains("TANDEM_PROFILE"), "{:?}", c.warnings);
+        }
         let c = with("TANDEM_WMMA_EMULATE", "13");
         assert_eq!((c.wmma_emulate, c.warnings.len()), (None, 1));
         let c = with("TANDEM_THREADS", "abc");
@@ -512,7 +539,7 @@ mod tests {
         let c = Config::from_lookup(|_| None);
         assert!(c.warnings.is_empty());
         assert!(c.settings.iter().all(|s| s.source == Source::Default));
-        assert_eq!(c.settings.len(), 14);
+        assert_eq!(c.settings.len(), 15);
         let c = with("TANDEM_DISABLE_DISPATCH", "hip.rope, hip.mma");
         let s = setting(&c, "TANDEM_DISABLE_DISPATCH");
         assert_eq!((s.value.as_str(), s.source), ("hip.rope,hip.mma", Source::Env));

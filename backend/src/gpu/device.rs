@@ -5,6 +5,7 @@ use super::api::{DeviceInfo, DevicePtr, GpuError, GpuResult, LaunchConfig};
 use super::exec::{self, GpuPlan, GpuStep};
 use super::kernels::Kernels;
 use super::memory::{DeviceAlloc, MemKind, MemoryMap, PinnedAlloc};
+use super::profile::Profiler;
 use super::registry::{LaunchCtx, Node, Registration, Registry, Scratch};
 use super::safe::{Context, DeviceBuffer, Event, GraphExec, KernelArgs, Stream};
 use super::split::{self, Observation, ShapeReport, ShareMode, SplitKey, SplitScheduler};
@@ -14,6 +15,7 @@ use crate::config::{Config, OffloadExec};
 use crate::executor::ExecError;
 use crate::stats::{DeviceGraph, GraphStats};
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
@@ -76,6 +78,8 @@ struct ExecState {
     retired_graphs: Vec<Segment>,
     /// The registration that takes a split node's GPU part, by the part's shape and alignment.
     split_regs: HashMap<u64, Option<usize>>,
+    /// `TANDEM_PROFILE`: step times of every graph, launch by launch ([`super::profile`]).
+    profile: Option<Profiler>,
 }
 
 /// The sources of a split node's GPU part: its weight rows, the activations, the expert ids.
@@ -221,6 +225,7 @@ impl GpuDevice {
                 split_regs: HashMap::new(),
                 weight_stage: None,
                 input_stage: None,
+                profile: Config::get().profile.map(Profiler::new),
             }),
             ctx,
         })
@@ -548,7 +553,7 @@ impl GpuDevice {
             .iter()
             .all(|s| matches!(s, GpuStep::Kernel { .. } | GpuStep::Split { .. }))
             && plan.steps.iter().any(|s| matches!(s, GpuStep::Kernel { .. }));
-        let result = if cfg.graphs && capturable && st.stream.has_graphs() {
+        let result = if cfg.graphs && capturable && st.stream.has_graphs() && st.profile.is_none() {
             // Graphs of one plan at other addresses are kept apart, so each can come again, and
             // so are the two ways of one graph.
             let at = at.unwrap_or_else(addresses);
@@ -569,6 +574,25 @@ impl GpuDevice {
         let pending = std::mem::take(&mut st.split_pending);
         result?;
         synced.map_err(|e| other(format!("waiting for the graph: {e}")))?;
+        if let Some(p) = st.profile.as_mut() {
+            let table = p
+                .finish(
+                    key,
+                    |step| self.step_label(g, &plan, step),
+                    |runs| {
+                        format!(
+                            "tandem: {}: profile of {runs} runs of a graph of {} nodes ({} steps), launch by launch:",
+                            self.name,
+                            g.nodes.len(),
+                            plan.steps.len()
+                        )
+                    },
+                )
+                .map_err(|e| other(format!("reading the profile's events: {e}")))?;
+            if let Some(t) = table {
+                eprintln!("{t}");
+            }
+        }
         self.observe_splits(&mut st, pending);
         stats.launch_us = t1.elapsed().as_micros() as u64;
         stats.wall_us = t0.elapsed().as_micros() as u64;
@@ -734,9 +758,13 @@ impl GpuDevice {
         };
         st.queued_at.clear();
         st.queued_at.resize(g.nodes.len(), 0);
+        if let Some(p) = st.profile.as_mut() {
+            p.begin(&self.ctx, &st.stream).map_err(|e| other(e.to_string()))?;
+        }
         let mut segment = 0;
         let mut s = 0;
         while s < plan.steps.len() {
+            let at_step = s;
             let stretch = plan.steps[s..]
                 .iter()
                 .take_while(|x| matches!(x, GpuStep::Kernel { .. }))
@@ -842,8 +870,50 @@ impl GpuDevice {
                     s += 1;
                 }
             }
+            if let Some(p) = st.profile.as_mut() {
+                p.mark(&self.ctx, &st.stream, at_step)
+                    .map_err(|e| other(e.to_string()))?;
+            }
         }
         Ok(())
+    }
+
+    /// `TANDEM_PROFILE`'s label for plan step `step`: the registration and what it computes (a
+    /// matmul's weight type and rows × columns, else the result's type and extents), so a
+    /// model's layers add up under one label per kernel and shape.
+    fn step_label(&self, g: &Graph, plan: &GpuPlan, step: usize) -> String {
+        let node = |index: usize| {
+            let t = g.tensor(g.nodes[index]);
+            match t.op {
+                Op::MulMat | Op::MulMatId => match t.src[0].map(|w| g.tensor(w)) {
+                    Some(w) => format!("{} {} {}x{} n={}", t.op, w.ty, w.ne[0], w.ne[1], t.ne[1] * t.ne[2]),
+                    None => t.op.to_string(),
+                },
+                _ => format!("{} {} [{},{},{},{}]", t.op, t.ty, t.ne[0], t.ne[1], t.ne[2], t.ne[3]),
+            }
+        };
+        match plan.steps.get(step) {
+            Some(GpuStep::Kernel { index, reg, span }) => {
+                let mut l = format!("{} {}", self.registry.get(*reg).name, node(*index));
+                if *span > 0 {
+                    let _ = write!(l, " (+{span} nodes)");
+                }
+                l
+            }
+            Some(GpuStep::Staged { index, reg }) => {
+                format!("staged {} {}", self.registry.get(*reg).name, node(*index))
+            }
+            Some(GpuStep::Split { index, .. }) => format!("split group from {}", node(*index)),
+            Some(GpuStep::Cpu { range }) => {
+                let first = range
+                    .clone()
+                    .map(|i| g.tensor(g.nodes[i]))
+                    .find(|t| !t.op.is_view())
+                    .map_or("(views)".to_string(), |t| t.op.to_string());
+                format!("cpu fallback from {first} ({} nodes)", range.len())
+            }
+            None => "(unknown step)".to_string(),
+        }
     }
 
     /// Launches kernel steps one by one.

@@ -18,6 +18,7 @@ pub(crate) mod loader;
 pub mod memory;
 pub mod ops;
 pub mod probe;
+pub mod profile;
 pub mod registry;
 pub mod rtc;
 pub mod safe;

@@ -1,0 +1,189 @@
+//! `TANDEM_PROFILE`: where a GPU graph's device time goes, step by step, inside the model that
+//! runs it (the caches, clocks and neighbours of a real run, which a profiler timing each kernel
+//! alone does not see).
+//!
+//! While it is set, a GPU device runs every graph launch by launch (no device graph) and records
+//! an event before the first step and after each one; once the graph has finished it adds each
+//! step's time (event to event) to a table kept per plan, under the step's label: the
+//! registration and the node it computes (a matmul's weight type and shape), a fallback group's
+//! first op, a split or staged matmul. After every `n` runs of one plan the table is printed to
+//! stderr, heaviest label first, and started again. An event between two kernels keeps the
+//! second from starting early (no dependent launch) and adds about a microsecond of its own, so
+//! the sum of the steps is somewhat above a replayed graph's `device_us`; the shares are what
+//! the table is for.
+
+use super::api::GpuResult;
+use super::safe::{Context, Event, Stream};
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::sync::Arc;
+
+/// One label's time over the runs of a table.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Row {
+    pub launches: u64,
+    pub us: f64,
+}
+
+/// The runs of one plan since its last table.
+#[derive(Debug, Default)]
+struct Table {
+    runs: usize,
+    rows: HashMap<String, Row>,
+}
+
+/// Events of the graph running and the tables of the plans run so far.
+pub struct Profiler {
+    every: usize,
+    events: Vec<Event>,
+    /// The plan step each event after the first closes.
+    marks: Vec<usize>,
+    /// Events recorded for the graph running.
+    recorded: usize,
+    tables: HashMap<u64, Table>,
+}
+
+impl Profiler {
+    /// A profiler printing each plan's table after every `every` (at least 1) runs of it.
+    pub fn new(every: usize) -> Profiler {
+        Profiler {
+            every: every.max(1),
+            events: Vec::new(),
+            marks: Vec::new(),
+            recorded: 0,
+            tables: HashMap::new(),
+        }
+    }
+
+    /// Records the next event: event `i` closes step `marks[i - 1]`, event 0 opens the graph.
+    fn record(&mut self, ctx: &Arc<Context>, stream: &Stream) -> GpuResult<()> {
+        let i = self.recorded;
+        if self.events.len() <= i {
+            self.events.push(ctx.event()?);
+        }
+        self.events[i].record(stream)?;
+        self.recorded += 1;
+        Ok(())
+    }
+
+    /// Before the graph's first step.
+    pub fn begin(&mut self, ctx: &Arc<Context>, stream: &Stream) -> GpuResult<()> {
+        self.marks.clear();
+        self.recorded = 0;
+        self.record(ctx, stream)
+    }
+
+    /// After plan step `step` is queued.
+    pub fn mark(&mut self, ctx: &Arc<Context>, stream: &Stream, step: usize) -> GpuResult<()> {
+        self.record(ctx, stream)?;
+        self.marks.push(step);
+        Ok(())
+    }
+
+    /// Once the stream has finished the graph of plan `plan`: adds its steps' times, labelled by
+    /// `label(step)`, to the plan's table, and returns the table as text when the plan has run
+    /// `every` times since its last one (then starting it again).
+    pub fn finish(
+        &mut self,
+        plan: u64,
+        label: impl Fn(usize) -> String,
+        header: impl Fn(usize) -> String,
+    ) -> GpuResult<Option<String>> {
+        let mut times = Vec::with_capacity(self.marks.len());
+        debug_assert_eq!(self.recorded, self.marks.len() + 1);
+        for (i, &step) in self.marks.iter().enumerate().take(self.recorded.saturating_sub(1)) {
+            let ms = self.events[i].elapsed_ms(&self.events[i + 1])?;
+            times.push((step, f64::from(ms) * 1e3));
+        }
+        self.marks.clear();
+        let table = self.tables.entry(plan).or_default();
+        table.runs += 1;
+        for (step, us) in times {
+            let row = table.rows.entry(label(step)).or_default();
+            row.launches += 1;
+            row.us += us;
+        }
+        if table.runs < self.every {
+            return Ok(None);
+        }
+        let done = std::mem::take(table);
+        let rows: Vec<(String, Row)> = done.rows.into_iter().collect();
+        Ok(Some(format_table(&header(done.runs), done.runs, rows)))
+    }
+}
+
+/// The table of `runs` runs: one line per label, heaviest first, with its microseconds a run,
+/// share of the steps' sum, launches a run and microseconds a launch, then the sum.
+pub fn format_table(header: &str, runs: usize, mut rows: Vec<(String, Row)>) -> String {
+    let runs = runs.max(1) as f64;
+    rows.sort_by(|a, b| b.1.us.total_cmp(&a.1.us).then_with(|| a.0.cmp(&b.0)));
+    let total: f64 = rows.iter().map(|(_, r)| r.us).sum();
+    let launches: u64 = rows.iter().map(|(_, r)| r.launches).sum();
+    let mut out = String::new();
+    let _ = writeln!(out, "{header}");
+    let _ = writeln!(
+        out,
+        "  {:>9} {:>6} {:>8} {:>8}  step",
+        "us/run", "share", "n/run", "us each"
+    );
+    for (label, r) in &rows {
+        let share = if total > 0.0 { 100.0 * r.us / total } else { 0.0 };
+        let _ = writeln!(
+            out,
+            "  {:>9.1} {:>5.1}% {:>8.1} {:>8.2}  {label}",
+            r.us / runs,
+            share,
+            r.launches as f64 / runs,
+            r.us / r.launches.max(1) as f64,
+        );
+    }
+    let _ = write!(
+        out,
+        "  {:>9.1} {:>5.1}% {:>8.1} {:>8}  (all steps)",
+        total / runs,
+        100.0,
+        launches as f64 / runs,
+        ""
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(launches: u64, us: f64) -> Row {
+        Row { launches, us }
+    }
+
+    #[test]
+    fn table_lists_the_heaviest_step_first_with_per_run_figures() {
+        let rows = vec![
+            ("hip.rope ROPE".to_string(), row(64, 320.0)),
+            ("hip.gemv MUL_MAT q4_0 4096x14336".to_string(), row(32, 1600.0)),
+            ("cpu fallback TOP_K".to_string(), row(2, 80.0)),
+        ];
+        let t = format_table("profile", 2, rows);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines[0], "profile");
+        assert!(lines[2].ends_with("hip.gemv MUL_MAT q4_0 4096x14336"), "{t}");
+        // 1600 us over 2 runs, 80 % of 2000, 16 launches a run of 50 us each.
+        assert!(lines[2].contains("800.0") && lines[2].contains("80.0%"), "{t}");
+        assert!(lines[2].contains("16.0") && lines[2].contains("50.00"), "{t}");
+        assert!(
+            lines[3].ends_with("hip.rope ROPE") && lines[4].ends_with("cpu fallback TOP_K"),
+            "{t}"
+        );
+        assert!(
+            lines[5].contains("1000.0") && lines[5].contains("49.0") && lines[5].ends_with("(all steps)"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn empty_table_has_no_share_of_nothing() {
+        let t = format_table("h", 0, Vec::new());
+        assert!(t.ends_with("(all steps)") && t.contains("0.0"), "{t}");
+        assert!(!t.contains("NaN"), "{t}");
+    }
+}
