@@ -89,27 +89,50 @@ impl Profiler {
         label: impl Fn(usize) -> String,
         header: impl Fn(usize) -> String,
     ) -> GpuResult<Option<String>> {
-        let mut times = Vec::with_capacity(self.marks.len());
-        debug_assert_eq!(self.recorded, self.marks.len() + 1);
-        for (i, &step) in self.marks.iter().enumerate().take(self.recorded.saturating_sub(1)) {
-            let ms = self.events[i].elapsed_ms(&self.events[i + 1])?;
-            times.push((step, f64::from(ms) * 1e3));
-        }
+        let events = &self.events;
+        let times = step_times(&self.marks, self.recorded, |i| events[i].elapsed_ms(&events[i + 1]))?;
         self.marks.clear();
-        let table = self.tables.entry(plan).or_default();
-        table.runs += 1;
-        for (step, us) in times {
-            let row = table.rows.entry(label(step)).or_default();
-            row.launches += 1;
-            row.us += us;
-        }
-        if table.runs < self.every {
-            return Ok(None);
-        }
-        let done = std::mem::take(table);
-        let rows: Vec<(String, Row)> = done.rows.into_iter().collect();
-        Ok(Some(format_table(&header(done.runs), done.runs, rows)))
+        Ok(add_run(&mut self.tables, self.every, plan, times, label, header))
     }
+}
+
+/// Each marked step's time in microseconds: step `marks[i]` lasted from event `i` to event
+/// `i + 1` (`elapsed(i)`, in milliseconds), for the `recorded` events there are.
+fn step_times(
+    marks: &[usize],
+    recorded: usize,
+    mut elapsed: impl FnMut(usize) -> GpuResult<f32>,
+) -> GpuResult<Vec<(usize, f64)>> {
+    let mut times = Vec::with_capacity(marks.len());
+    for (i, &step) in marks.iter().enumerate().take(recorded.saturating_sub(1)) {
+        times.push((step, f64::from(elapsed(i)?) * 1e3));
+    }
+    Ok(times)
+}
+
+/// Adds one run's step times to plan `plan`'s table; once the plan has run `every` times since
+/// its last table, returns the table as text and starts it again.
+fn add_run(
+    tables: &mut HashMap<u64, Table>,
+    every: usize,
+    plan: u64,
+    times: Vec<(usize, f64)>,
+    label: impl Fn(usize) -> String,
+    header: impl Fn(usize) -> String,
+) -> Option<String> {
+    let table = tables.entry(plan).or_default();
+    table.runs += 1;
+    for (step, us) in times {
+        let row = table.rows.entry(label(step)).or_default();
+        row.launches += 1;
+        row.us += us;
+    }
+    if table.runs < every {
+        return None;
+    }
+    let done = std::mem::take(table);
+    let rows: Vec<(String, Row)> = done.rows.into_iter().collect();
+    Some(format_table(&header(done.runs), done.runs, rows))
 }
 
 /// The table of `runs` runs: one line per label, heaviest first, with its microseconds a run,
@@ -178,6 +201,47 @@ mod tests {
             lines[5].contains("1000.0") && lines[5].contains("49.0") && lines[5].ends_with("(all steps)"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn step_i_lasts_from_event_i_to_the_next() {
+        // Event 0 opens the graph; steps 3, 5 and 7 were marked, so events 1..=3 close them.
+        let mut asked = Vec::new();
+        let t = step_times(&[3, 5, 7], 4, |i| {
+            asked.push(i);
+            Ok([0.010, 0.020, 0.005][i])
+        })
+        .unwrap();
+        assert_eq!(asked, [0, 1, 2]);
+        let steps: Vec<usize> = t.iter().map(|x| x.0).collect();
+        assert_eq!(steps, [3, 5, 7]);
+        assert!((t[0].1 - 10.0).abs() < 1e-3 && (t[1].1 - 20.0).abs() < 1e-3 && (t[2].1 - 5.0).abs() < 1e-3);
+        // A run cut short (fewer events than marks + 1) reads only the events there are.
+        assert_eq!(step_times(&[3, 5], 2, |_| Ok(1.0)).unwrap().len(), 1);
+        assert!(step_times(&[3], 0, |_| Ok(1.0)).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_table_comes_every_n_runs_of_a_plan_and_starts_again() {
+        let mut tables = HashMap::new();
+        let label = |step: usize| format!("step {step}");
+        let header = |runs: usize| format!("{runs} runs");
+        let run = |tables: &mut HashMap<u64, Table>, plan: u64| {
+            add_run(tables, 2, plan, vec![(1, 4.0), (2, 6.0)], label, header)
+        };
+        assert!(run(&mut tables, 7).is_none());
+        // Another plan's runs count apart.
+        assert!(run(&mut tables, 8).is_none());
+        let t = run(&mut tables, 7).expect("the second run of plan 7 prints its table");
+        assert!(t.starts_with("2 runs\n"), "{t}");
+        // Per run: step 2 takes 6 us, one launch.
+        let line = t.lines().find(|l| l.ends_with("step 2")).unwrap();
+        assert!(
+            line.contains("6.0") && line.contains("60.0%") && line.contains("1.0"),
+            "{t}"
+        );
+        assert!(run(&mut tables, 7).is_none(), "the table starts again");
+        assert!(run(&mut tables, 8).is_some());
     }
 
     #[test]
