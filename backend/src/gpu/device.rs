@@ -879,8 +879,9 @@ impl GpuDevice {
     }
 
     /// `TANDEM_PROFILE`'s label for plan step `step`: the registration and what it computes (a
-    /// matmul's weight type and rows × columns, else the result's type and extents), so a
-    /// model's layers add up under one label per kernel and shape.
+    /// matmul's weight type, its ne0 × ne1 (row length × rows) and the activation columns, else
+    /// the result's type and extents), so a model's layers add up under one label per kernel
+    /// and shape.
     fn step_label(&self, g: &Graph, plan: &GpuPlan, step: usize) -> String {
         let node = |index: usize| {
             let t = g.tensor(g.nodes[index]);
