@@ -53,6 +53,17 @@ pub struct TinyConfig {
     /// Every weight of one shape and type holds the same random bytes: the file is as large as
     /// a real model's and is written in seconds (for speed runs; outputs are not meaningful).
     pub shared_weights: bool,
+    /// llama.cpp's Q4_K_M mix (with `weight_type` q4_K): the output matrix, and the `attn_v`
+    /// and `ffn_down` (`ffn_down_exps`) of the layers [`q4_k_m_more_bits`] picks, in q6_K; every
+    /// other matrix q4_K. Rows must be multiples of 256.
+    pub q4_k_m: bool,
+}
+
+/// Whether llama.cpp's Q4_K_M quantization gives layer `i` of `n` six bits in its `attn_v` and
+/// `ffn_down` (its `use_more_bits`): the first and last eighth of the layers and every third one
+/// between.
+pub fn q4_k_m_more_bits(i: u32, n: u32) -> bool {
+    i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2
 }
 
 impl TinyConfig {
@@ -72,6 +83,7 @@ impl TinyConfig {
             head_dim: 0,
             n_vocab: 0,
             shared_weights: false,
+            q4_k_m: false,
         }
     }
 }
@@ -182,7 +194,12 @@ impl Writer {
 
 /// Writes the model described by `cfg` into `dir` and returns its path.
 pub fn write_model(dir: &Path, cfg: &TinyConfig) -> PathBuf {
-    let path = dir.join(format!("tiny-{}-{}.gguf", cfg.arch.name(), cfg.weight_type.name()));
+    assert!(
+        !cfg.q4_k_m || cfg.weight_type == ElemType::Q4K,
+        "the Q4_K_M mix is of q4_K weights"
+    );
+    let type_name = if cfg.q4_k_m { "q4_K_M" } else { cfg.weight_type.name() };
+    let path = dir.join(format!("tiny-{}-{type_name}.gguf", cfg.arch.name()));
     let a = cfg.arch;
     let wt = cfg.weight_type;
     let mut voc = vocab();
@@ -272,20 +289,23 @@ pub fn write_model(dir: &Path, cfg: &TinyConfig) -> PathBuf {
             &[e, n_vocab],
         );
         w.norm("output_norm.weight", e);
-        w.weight("output.weight", wt, &[e, n_vocab]);
+        let six = |more: bool| if cfg.q4_k_m && more { ElemType::Q6K } else { wt };
+        w.weight("output.weight", six(true), &[e, n_vocab]);
         for l in 0..cfg.n_layer {
             let b = |n: &str| format!("blk.{l}.{n}.weight");
+            // Q4_K_M's layers with six-bit attn_v and ffn_down.
+            let vd = six(q4_k_m_more_bits(l, cfg.n_layer));
             w.norm(&b("attn_norm"), e);
             w.weight(&b("attn_q"), wt, &[e, head_dim * h]);
             w.weight(&b("attn_k"), wt, &[e, head_dim * hkv]);
-            w.weight(&b("attn_v"), wt, &[e, head_dim * hkv]);
+            w.weight(&b("attn_v"), vd, &[e, head_dim * hkv]);
             w.weight(&b("attn_output"), wt, &[head_dim * h, e]);
             w.norm(&b("ffn_norm"), e);
             match a {
                 Arch::Llama => {
                     w.weight(&b("ffn_gate"), wt, &[e, ff]);
                     w.weight(&b("ffn_up"), wt, &[e, ff]);
-                    w.weight(&b("ffn_down"), wt, &[ff, e]);
+                    w.weight(&b("ffn_down"), vd, &[ff, e]);
                 }
                 Arch::Qwen3Moe => {
                     let ne = cfg.n_expert as i64;
@@ -296,7 +316,7 @@ pub fn write_model(dir: &Path, cfg: &TinyConfig) -> PathBuf {
                     });
                     w.weight(&b("ffn_gate_exps"), wt, &[e, ff, ne]);
                     w.weight(&b("ffn_up_exps"), wt, &[e, ff, ne]);
-                    w.weight(&b("ffn_down_exps"), wt, &[ff, e, ne]);
+                    w.weight(&b("ffn_down_exps"), vd, &[ff, e, ne]);
                 }
             }
         }

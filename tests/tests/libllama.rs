@@ -380,3 +380,80 @@ fn nmse_f64(reference: &[f64], x: &[f32]) -> f64 {
     let num: f64 = reference.iter().zip(x).map(|(r, v)| (r - *v as f64).powi(2)).sum();
     num / reference.iter().map(|r| r * r).sum::<f64>()
 }
+
+/// The Q4_K_M mix the benchmark writes (`bench_model gen --type q4_K_M`) is llama.cpp's: the
+/// output matrix and, in the layers `use_more_bits` picks, `attn_v` and `ffn_down` in q6_K,
+/// every other matrix in q4_K; and libllama loads and decodes such a model.
+#[test]
+fn q4_k_m_models_have_llama_cpps_mix_and_decode() {
+    let _ = setup();
+    let dir = model_dir();
+    // Eight layers: six bits in layers 0, 3, 6 and 7 (the first and last eighth, every third
+    // between).
+    let picked: Vec<u32> = (0..8)
+        .filter(|&l| tandem_tests::tiny_models::q4_k_m_more_bits(l, 8))
+        .collect();
+    assert_eq!(picked, [0, 3, 6, 7]);
+    for arch in [Arch::Llama, Arch::Qwen3Moe] {
+        let cfg = TinyConfig {
+            n_layer: 8,
+            n_embd: 256,
+            n_ff: if arch == Arch::Llama { 512 } else { 256 },
+            q4_k_m: true,
+            ..TinyConfig::new(arch, ElemType::Q4K)
+        };
+        let path = write_model(&dir, &cfg);
+        let down = if arch == Arch::Llama {
+            "ffn_down"
+        } else {
+            "ffn_down_exps"
+        };
+        let mut want = vec![
+            ("token_embd.weight".to_string(), ElemType::Q4K),
+            ("output.weight".to_string(), ElemType::Q6K),
+        ];
+        for l in 0..8u32 {
+            let six = if picked.contains(&l) {
+                ElemType::Q6K
+            } else {
+                ElemType::Q4K
+            };
+            want.push((format!("blk.{l}.attn_q.weight"), ElemType::Q4K));
+            want.push((format!("blk.{l}.attn_k.weight"), ElemType::Q4K));
+            want.push((format!("blk.{l}.attn_v.weight"), six));
+            want.push((format!("blk.{l}.attn_output.weight"), ElemType::Q4K));
+            want.push((format!("blk.{l}.{down}.weight"), six));
+        }
+        let path_c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: gguf reads the file it just wrote; the context is freed below and every name
+        // is a NUL-terminated string that outlives its call.
+        unsafe {
+            let params = sys::gguf_init_params {
+                no_alloc: true,
+                ctx: std::ptr::null_mut(),
+            };
+            let g = sys::gguf_init_from_file(path_c.as_ptr(), params);
+            assert!(!g.is_null(), "reading {}", path.display());
+            for (name, ty) in &want {
+                let n = std::ffi::CString::new(name.as_str()).unwrap();
+                let id = sys::gguf_find_tensor(g, n.as_ptr());
+                assert!(id >= 0, "{}: no tensor {name}", path.display());
+                assert_eq!(
+                    sys::gguf_get_tensor_type(g, id),
+                    ty.ggml_id(),
+                    "{}: {name} should be {ty}",
+                    path.display()
+                );
+            }
+            sys::gguf_free(g);
+        }
+        let run = greedy_with(&path, Placement::Cpu, SPLIT_F32_KV, PROMPT, 4, CPU_THREADS)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(run.generated.len(), 4, "{}", path.display());
+        assert!(
+            run.logits.iter().flatten().all(|x| x.is_finite()),
+            "{}: logits not finite",
+            path.display()
+        );
+    }
+}

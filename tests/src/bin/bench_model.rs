@@ -2,11 +2,13 @@
 //! tokens and generation of `--tg` tokens, at a context depth, on one ggml device, with flash
 //! attention on or off, repeated, median and spread.
 //!
-//! `bench_model gen --preset llama8b|qwen3moe --type f16|q8_0|q4_0|q4_K [--layers N] --out FILE`
+//! `bench_model gen --preset llama8b|qwen3moe --type f16|q8_0|q4_0|q4_K|q4_K_M [--layers N] --out FILE`
 //!   writes a random-weight GGUF of a preset's shapes (Llama-3-8B: 4096 wide, 32/8 heads, FFN
 //!   14336, vocabulary 128256; Qwen3-30B-A3B: 2048 wide, 32/4 heads of 128, 128 experts of 768,
-//!   8 used, vocabulary 151936), 16 and 8 layers by default. Weights of one shape share their
-//!   random bytes, so writing takes seconds; the tokens a model generates mean nothing.
+//!   8 used, vocabulary 151936), 16 and 8 layers by default; `q4_K_M` is llama.cpp's mix (q4_K,
+//!   with the output and some layers' `attn_v` and `ffn_down` in q6_K). Weights of one shape
+//!   share their random bytes, so writing takes seconds; the tokens a model generates mean
+//!   nothing.
 //!
 //! `bench_model run --model FILE [--model FILE ...] --device DEV[,DEV...] [--flash on|off|both]
 //!   [--pp N] [--tg N] [--depth N[,N...]] [--reps N] [--threads N] [--ngl N]
@@ -72,9 +74,14 @@ fn num(flag: &str, v: &str) -> Result<usize, String> {
 
 fn gen(args: &[String]) -> Result<(), String> {
     let (mut preset, mut ty, mut layers, mut out) = (None, None, None, None);
+    let mut k_mix = false;
     for (f, v) in flags(args, &[])? {
         match f.as_str() {
             "--preset" => preset = Some(v),
+            "--type" if v.eq_ignore_ascii_case("q4_k_m") => {
+                ty = Some(ElemType::Q4K);
+                k_mix = true;
+            }
             "--type" => ty = Some(ElemType::from_name(&v).ok_or(format!("--type {v}: unknown type"))?),
             "--layers" => layers = Some(num(&f, &v)? as u32),
             "--out" => out = Some(PathBuf::from(v)),
@@ -83,7 +90,7 @@ fn gen(args: &[String]) -> Result<(), String> {
     }
     let ty = ty.ok_or("gen needs --type")?;
     if !matches!(ty, ElemType::F16 | ElemType::Q8_0 | ElemType::Q4_0 | ElemType::Q4K) {
-        return Err(format!("--type {ty}: one of f16, q8_0, q4_0, q4_K"));
+        return Err(format!("--type {ty}: one of f16, q8_0, q4_0, q4_K, q4_K_M"));
     }
     let out = out.ok_or("gen needs --out")?;
     let cfg = match preset.as_deref() {
@@ -96,6 +103,7 @@ fn gen(args: &[String]) -> Result<(), String> {
             n_ctx: 40960,
             n_vocab: 128256,
             shared_weights: true,
+            q4_k_m: k_mix,
             ..TinyConfig::new(Arch::Llama, ty)
         },
         Some("qwen3moe") => TinyConfig {
@@ -110,6 +118,7 @@ fn gen(args: &[String]) -> Result<(), String> {
             n_ctx: 40960,
             n_vocab: 151936,
             shared_weights: true,
+            q4_k_m: k_mix,
             ..TinyConfig::new(Arch::Qwen3Moe, ty)
         },
         Some(p) => return Err(format!("--preset {p}: llama8b or qwen3moe")),
