@@ -386,8 +386,13 @@ fn nmse_f64(reference: &[f64], x: &[f32]) -> f64 {
 /// every other matrix in q4_K; and libllama loads and decodes such a model.
 #[test]
 fn q4_k_m_models_have_llama_cpps_mix_and_decode() {
-    let _ = setup();
-    let dir = model_dir();
+    // Beside the baselines' files (model_dir() would empty the folder they share).
+    let dir = setup().baselines[0]
+        .path
+        .parent()
+        .expect("a model folder")
+        .join("q4_k_m");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
     // Eight layers: six bits in layers 0, 3, 6 and 7 (the first and last eighth, every third
     // between).
     let picked: Vec<u32> = (0..8)
