@@ -25,11 +25,12 @@ pub struct Row {
     pub us: f64,
 }
 
-/// The runs of one plan since its last table.
+/// The runs of one plan since its last table, by plan step (labelled only when printed: a
+/// plan's steps keep their labels, so a run adds numbers and builds no strings).
 #[derive(Debug, Default)]
 struct Table {
     runs: usize,
-    rows: HashMap<String, Row>,
+    steps: HashMap<usize, Row>,
 }
 
 /// Events of the graph running and the tables of the plans run so far.
@@ -123,7 +124,7 @@ fn add_run(
     let table = tables.entry(plan).or_default();
     table.runs += 1;
     for (step, us) in times {
-        let row = table.rows.entry(label(step)).or_default();
+        let row = table.steps.entry(step).or_default();
         row.launches += 1;
         row.us += us;
     }
@@ -131,8 +132,14 @@ fn add_run(
         return None;
     }
     let done = std::mem::take(table);
-    let rows: Vec<(String, Row)> = done.rows.into_iter().collect();
-    Some(format_table(&header(done.runs), done.runs, rows))
+    // Steps of one label (a kernel and shape in every layer) add up under it.
+    let mut rows: HashMap<String, Row> = HashMap::new();
+    for (step, r) in done.steps {
+        let row = rows.entry(label(step)).or_default();
+        row.launches += r.launches;
+        row.us += r.us;
+    }
+    Some(format_table(&header(done.runs), done.runs, rows.into_iter().collect()))
 }
 
 /// The table of `runs` runs: one line per label, heaviest first, with its microseconds a run,
@@ -242,6 +249,19 @@ mod tests {
         );
         assert!(run(&mut tables, 7).is_none(), "the table starts again");
         assert!(run(&mut tables, 8).is_some());
+    }
+
+    #[test]
+    fn steps_of_one_label_add_up_under_it() {
+        let mut tables = HashMap::new();
+        let same = |_: usize| "hip.gemv".to_string();
+        let t = add_run(&mut tables, 1, 1, vec![(1, 4.0), (5, 6.0)], same, |_| "h".into()).unwrap();
+        assert_eq!(t.lines().filter(|l| l.ends_with("hip.gemv")).count(), 1, "{t}");
+        let line = t.lines().find(|l| l.ends_with("hip.gemv")).unwrap();
+        assert!(
+            line.contains("10.0") && line.contains("2.0") && line.contains("5.00"),
+            "{t}"
+        );
     }
 
     #[test]
