@@ -6,14 +6,6 @@
 // wave order, so the result is deterministic. Float partials of a few elements each keep the
 // relative error of a 5120-wide sum near 1e-7, far inside the 1e-7 NMSE allowed on the outputs.
 //
-// Rows of at most TANDEM_NORM_HELD elements a thread (a model's hidden rows with row_block's
-// threads) are read into registers once, every load of the row issued before the first is used,
-// and the later passes reuse them: a decode step's norms are a few such rows, so the kernel's
-// time is its chain of memory round trips, and a loop that loads, uses and stores one element at
-// a time pays one round trip per element (the compiler cannot move a load above a store that may
-// alias it). Each thread still adds its elements in the same order, so the results are the
-// looping form's to the bit.
-//
 // In place (dst sharing src's bytes with the same strides) is safe: every read of a row that
 // feeds a reduction happens before the barrier of that reduction, and the final pass reads each
 // element in the same thread that then writes it.
@@ -47,8 +39,6 @@ TANDEM_DEVICE float tandem_norm_block_sum(float v, float* slots) {
 
 // At most 1024 threads per block and waves of at least 32 lanes.
 #define TANDEM_NORM_MAX_WAVES 32
-// Elements a thread keeps in registers (see above); longer rows take the looping form.
-#define TANDEM_NORM_HELD 8
 
 template <bool RMS, bool FUSED>
 TANDEM_DEVICE void tandem_norm_rows(const char* src, const char* other, char* dst, const tandem_row_shape& s,
@@ -62,58 +52,6 @@ TANDEM_DEVICE void tandem_norm_rows(const char* src, const char* other, char* ds
         const i64 i3 = r / (s.ne[1] * s.ne[2]);
         const char* x = src + i1 * s.nbs[1] + i2 * s.nbs[2] + i3 * s.nbs[3];
         char* d = dst + i1 * s.nbd[1] + i2 * s.nbd[2] + i3 * s.nbd[3];
-        const char* w = FUSED ? other + (i1 % s.new_[1]) * s.nbw[1] + (i2 % s.new_[2]) * s.nbw[2] +
-                                    (i3 % s.new_[3]) * s.nbw[3]
-                              : nullptr;
-
-        if (n <= (i64)TANDEM_NORM_HELD * blockDim.x) {
-            float v[TANDEM_NORM_HELD];
-#pragma unroll
-            for (int k = 0; k < TANDEM_NORM_HELD; ++k) {
-                const i64 i = threadIdx.x + (i64)k * blockDim.x;
-                v[k] = i < n ? *(const float*)(x + i * s.nbs[0]) : 0.0f;
-            }
-            float mean = 0.0f;
-            if (!RMS) {
-                float part = 0.0f;
-#pragma unroll
-                for (int k = 0; k < TANDEM_NORM_HELD; ++k) {
-                    if (threadIdx.x + (i64)k * blockDim.x < n) {
-                        part += v[k];
-                    }
-                }
-                mean = tandem_norm_block_sum(part, slots) / (float)n;
-            }
-            float part = 0.0f;
-#pragma unroll
-            for (int k = 0; k < TANDEM_NORM_HELD; ++k) {
-                if (threadIdx.x + (i64)k * blockDim.x < n) {
-                    const float c = v[k] - mean;
-                    part += c * c;
-                }
-            }
-            const float var = tandem_norm_block_sum(part, slots) / (float)n;
-            const float scale = 1.0f / sqrtf(var + eps);
-            float g[TANDEM_NORM_HELD];
-#pragma unroll
-            for (int k = 0; k < TANDEM_NORM_HELD; ++k) {
-                const i64 i = threadIdx.x + (i64)k * blockDim.x;
-                g[k] = 1.0f;
-                if (FUSED && i < n) {
-                    const i64 j = s.new_[0] == n ? i : (i % s.new_[0]);
-                    g[k] = *(const float*)(w + j * s.nbw[0]);
-                }
-            }
-#pragma unroll
-            for (int k = 0; k < TANDEM_NORM_HELD; ++k) {
-                const i64 i = threadIdx.x + (i64)k * blockDim.x;
-                if (i < n) {
-                    const float y = (v[k] - mean) * scale;
-                    *(float*)(d + i * s.nbd[0]) = FUSED ? y * g[k] : y;
-                }
-            }
-            continue;
-        }
 
         float mean = 0.0f;
         if (!RMS) {
@@ -132,10 +70,12 @@ TANDEM_DEVICE void tandem_norm_rows(const char* src, const char* other, char* ds
         const float scale = 1.0f / sqrtf(var + eps);
 
         if (FUSED) {
+            const char* w = other + (i1 % s.new_[1]) * s.nbw[1] + (i2 % s.new_[2]) * s.nbw[2] +
+                            (i3 % s.new_[3]) * s.nbw[3];
             const bool whole = s.new_[0] == n;
             for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
                 const float y = (*(const float*)(x + i * s.nbs[0]) - mean) * scale;
-                const i64 j = whole ? i : (i % s.new_[0]);
+                const i64 j = whole ? i : i % s.new_[0];
                 *(float*)(d + i * s.nbd[0]) = y * *(const float*)(w + j * s.nbw[0]);
             }
         } else {
@@ -203,46 +143,6 @@ tandem_add_rms_norm_mul_f32(const char* a, const char* b, char* sum, const char*
         const char* pb = b + i1 * t.nbb[1] + i2 * t.nbb[2] + i3 * t.nbb[3];
         char* x = sum + i1 * s.nbs[1] + i2 * s.nbs[2] + i3 * s.nbs[3];
         char* d = dst + i1 * s.nbd[1] + i2 * s.nbd[2] + i3 * s.nbd[3];
-        const char* w = other + (i1 % s.new_[1]) * s.nbw[1] + (i2 % s.new_[2]) * s.nbw[2] + (i3 % s.new_[3]) * s.nbw[3];
-        if (n <= (i64)TANDEM_NORM_HELD * blockDim.x) {
-            float va[TANDEM_NORM_HELD];
-            float vb[TANDEM_NORM_HELD];
-#pragma unroll
-            for (int k = 0; k < TANDEM_NORM_HELD; ++k) {
-                const i64 i = threadIdx.x + (i64)k * blockDim.x;
-                va[k] = i < n ? *(const float*)(pa + i * t.nba[0]) : 0.0f;
-                vb[k] = i < n ? *(const float*)(pb + i * t.nbb[0]) : 0.0f;
-            }
-            float part = 0.0f;
-#pragma unroll
-            for (int k = 0; k < TANDEM_NORM_HELD; ++k) {
-                const i64 i = threadIdx.x + (i64)k * blockDim.x;
-                va[k] = __fadd_rn(va[k], vb[k]);
-                if (i < n) {
-                    *(float*)(x + i * s.nbs[0]) = va[k];
-                    part += va[k] * va[k];
-                }
-            }
-            const float var = tandem_norm_block_sum(part, slots) / (float)n;
-            const float scale = 1.0f / sqrtf(var + eps);
-#pragma unroll
-            for (int k = 0; k < TANDEM_NORM_HELD; ++k) {
-                const i64 i = threadIdx.x + (i64)k * blockDim.x;
-                vb[k] = 0.0f;
-                if (i < n) {
-                    vb[k] = *(const float*)(w + (s.new_[0] == n ? i : (i % s.new_[0])) * s.nbw[0]);
-                }
-            }
-#pragma unroll
-            for (int k = 0; k < TANDEM_NORM_HELD; ++k) {
-                const i64 i = threadIdx.x + (i64)k * blockDim.x;
-                if (i < n) {
-                    const float y = va[k] * scale;
-                    *(float*)(d + i * s.nbd[0]) = y * vb[k];
-                }
-            }
-            continue;
-        }
         float part = 0.0f;
         for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
             const float v = __fadd_rn(*(const float*)(pa + i * t.nba[0]), *(const float*)(pb + i * t.nbb[0]));
@@ -251,10 +151,11 @@ tandem_add_rms_norm_mul_f32(const char* a, const char* b, char* sum, const char*
         }
         const float var = tandem_norm_block_sum(part, slots) / (float)n;
         const float scale = 1.0f / sqrtf(var + eps);
+        const char* w = other + (i1 % s.new_[1]) * s.nbw[1] + (i2 % s.new_[2]) * s.nbw[2] + (i3 % s.new_[3]) * s.nbw[3];
         const bool whole = s.new_[0] == n;
         for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
             const float y = *(const float*)(x + i * s.nbs[0]) * scale;
-            const i64 j = whole ? i : (i % s.new_[0]);
+            const i64 j = whole ? i : i % s.new_[0];
             *(float*)(d + i * s.nbd[0]) = y * *(const float*)(w + j * s.nbw[0]);
         }
     }
