@@ -613,6 +613,10 @@ extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS) tandem_fa_any_l(
     tandem_fa_tile<-1, -1, TANDEM_FA_LARGE_ROWS, false, 8>(TANDEM_FA_ARGS);
 }
 
+// Splits of a row whose loads tandem_fa_reduce issues all at once (16 groups of threads, each
+// holding this many splits' output columns in registers); more go through the looping form.
+#define TANDEM_FA_REDUCE_HELD 4
+
 // Combines the splits of each row: weights exp(m_i - M) over the splits' maxima (and the sink),
 // sum = Σ w_i l_i (+ exp(sink - M)), out = Σ w_i o_i / sum. A split's sums are dv + 4 floats (o,
 // then m and l). Block (row, y) writes columns [32 y, 32 y + 32): eight lanes over four columns
@@ -634,9 +638,34 @@ tandem_fa_reduce(const float* partial, const char* sinks, char* dst, tandem_fa_s
     const int t = threadIdx.x, lane = t % warpSize, wave = t / warpSize;
     const int waves = TANDEM_FA_THREADS / warpSize;
 
+    // Up to 16 * TANDEM_FA_REDUCE_HELD splits (a decode step's), every load of the block is
+    // issued before the first is used: the splits' maxima and sums (one split a thread) and the
+    // output columns' sums, so the kernel waits for memory once instead of three times.
+    const int cq = t & 7, g = t >> 3;
+    const int col = blockIdx.y * 32 + cq * 4;
+    const bool held = s.n_splits <= 16 * TANDEM_FA_REDUCE_HELD;
+    float4 ov[TANDEM_FA_REDUCE_HELD];
+    float m_t = -TANDEM_INF, l_t = 0.0f;
+    if (held) {
+#pragma unroll
+        for (int k = 0; k < TANDEM_FA_REDUCE_HELD; ++k) {
+            const int i = g + 16 * k;
+            ov[k] = i < s.n_splits && col < s.dv ? *(const float4*)(part + (i64)i * stride + col)
+                                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+        if (t < s.n_splits) {
+            m_t = part[(i64)t * stride + s.dv];
+            l_t = part[(i64)t * stride + s.dv + 1];
+        }
+    }
+
     float mx = -TANDEM_INF;
-    for (int i = t; i < s.n_splits; i += TANDEM_FA_THREADS) {
-        mx = fmaxf(mx, part[(i64)i * stride + s.dv]);
+    if (held) {
+        mx = m_t;
+    } else {
+        for (int i = t; i < s.n_splits; i += TANDEM_FA_THREADS) {
+            mx = fmaxf(mx, part[(i64)i * stride + s.dv]);
+        }
     }
     mx = tandem_wave_max(mx);
     if (lane == 0) {
@@ -654,11 +683,19 @@ tandem_fa_reduce(const float* partial, const char* sinks, char* dst, tandem_fa_s
     }
     __syncthreads();
     float l = 0.0f;
-    for (int i = t; i < s.n_splits; i += TANDEM_FA_THREADS) {
-        const float m = part[(i64)i * stride + s.dv];
-        const float w = m == -TANDEM_INF ? 0.0f : expf(m - big);
-        w_s[i] = w;
-        l += w * part[(i64)i * stride + s.dv + 1];
+    if (held) {
+        if (t < s.n_splits) {
+            const float w = m_t == -TANDEM_INF ? 0.0f : expf(m_t - big);
+            w_s[t] = w;
+            l = w * l_t;
+        }
+    } else {
+        for (int i = t; i < s.n_splits; i += TANDEM_FA_THREADS) {
+            const float m = part[(i64)i * stride + s.dv];
+            const float w = m == -TANDEM_INF ? 0.0f : expf(m - big);
+            w_s[i] = w;
+            l += w * part[(i64)i * stride + s.dv + 1];
+        }
     }
     l = tandem_wave_sum(l);
     if (lane == 0) {
@@ -671,10 +708,20 @@ tandem_fa_reduce(const float* partial, const char* sinks, char* dst, tandem_fa_s
     }
     const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
 
-    const int cq = t & 7, g = t >> 3;
-    const int col = blockIdx.y * 32 + cq * 4;
     float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (col < s.dv) {
+    if (held) {
+#pragma unroll
+        for (int k = 0; k < TANDEM_FA_REDUCE_HELD; ++k) {
+            const int i = g + 16 * k;
+            if (i < s.n_splits) {
+                const float w = w_s[i];
+                o.x += w * ov[k].x;
+                o.y += w * ov[k].y;
+                o.z += w * ov[k].z;
+                o.w += w * ov[k].w;
+            }
+        }
+    } else if (col < s.dv) {
 #pragma unroll 4
         for (int i = g; i < s.n_splits; i += 16) {
             const float4 x = *(const float4*)(part + (i64)i * stride + col);

@@ -6,6 +6,15 @@
 // wave order, so the result is deterministic. Float partials of a few elements each keep the
 // relative error of a 5120-wide sum near 1e-7, far inside the 1e-7 NMSE allowed on the outputs.
 //
+// Rows of at most TANDEM_NORM_HELD elements a thread (a model's hidden rows with row_block's
+// threads) are read into registers once, together with the fused MUL's weights, every load
+// issued before the first is used: a decode step's norm is one such row, so the kernel's time is
+// its chain of memory round trips, and the next GEMV's weight loads (a dependent launch) crowd
+// the memory while it runs. The looping form, loading, using and storing one element at a time
+// (a store the compiler cannot prove apart from the next load keeps that load waiting) paid one
+// round trip per element, and one more per element for the weights after the reduction. Each
+// thread adds its elements in the same order either way, so the results are the same to the bit.
+//
 // In place (dst sharing src's bytes with the same strides) is safe: every read of a row that
 // feeds a reduction happens before the barrier of that reduction, and the final pass reads each
 // element in the same thread that then writes it.
@@ -39,6 +48,19 @@ TANDEM_DEVICE float tandem_norm_block_sum(float v, float* slots) {
 
 // At most 1024 threads per block and waves of at least 32 lanes.
 #define TANDEM_NORM_MAX_WAVES 32
+// Elements a thread keeps in registers (above); longer rows take the looping form.
+#define TANDEM_NORM_HELD 8
+
+// The fused MUL's operand row for source row (i1, i2, i3), repeated as ggml_mul repeats it.
+TANDEM_DEVICE const char* tandem_norm_other_row(const char* other, const tandem_row_shape& s, i64 i1, i64 i2, i64 i3) {
+    return other + (i1 % s.new_[1]) * s.nbw[1] + (i2 % s.new_[2]) * s.nbw[2] + (i3 % s.new_[3]) * s.nbw[3];
+}
+
+// Element i of the fused MUL's operand row w (repeated along dim 0 where it is shorter).
+TANDEM_DEVICE float tandem_norm_other(const char* w, const tandem_row_shape& s, i64 i) {
+    const i64 j = s.new_[0] == s.ne[0] ? i : i % s.new_[0];
+    return *(const float*)(w + j * s.nbw[0]);
+}
 
 template <bool RMS, bool FUSED>
 TANDEM_DEVICE void tandem_norm_rows(const char* src, const char* other, char* dst, const tandem_row_shape& s,
@@ -52,6 +74,45 @@ TANDEM_DEVICE void tandem_norm_rows(const char* src, const char* other, char* ds
         const i64 i3 = r / (s.ne[1] * s.ne[2]);
         const char* x = src + i1 * s.nbs[1] + i2 * s.nbs[2] + i3 * s.nbs[3];
         char* d = dst + i1 * s.nbd[1] + i2 * s.nbd[2] + i3 * s.nbd[3];
+
+        if (n <= (i64)TANDEM_NORM_HELD * blockDim.x) {
+            const char* w = FUSED ? tandem_norm_other_row(other, s, i1, i2, i3) : nullptr;
+            float v[TANDEM_NORM_HELD], g[TANDEM_NORM_HELD];
+#pragma unroll
+            for (int k = 0; k < TANDEM_NORM_HELD; ++k) {
+                const i64 i = threadIdx.x + (i64)k * blockDim.x;
+                v[k] = i < n ? *(const float*)(x + i * s.nbs[0]) : 0.0f;
+                g[k] = FUSED && i < n ? tandem_norm_other(w, s, i) : 1.0f;
+            }
+            float mean = 0.0f;
+            if (!RMS) {
+                float part = 0.0f;
+#pragma unroll
+                for (int k = 0; k < TANDEM_NORM_HELD; ++k) {
+                    if (threadIdx.x + (i64)k * blockDim.x < n) part += v[k];
+                }
+                mean = tandem_norm_block_sum(part, slots) / (float)n;
+            }
+            float part = 0.0f;
+#pragma unroll
+            for (int k = 0; k < TANDEM_NORM_HELD; ++k) {
+                if (threadIdx.x + (i64)k * blockDim.x < n) {
+                    const float c = v[k] - mean;
+                    part += c * c;
+                }
+            }
+            const float var = tandem_norm_block_sum(part, slots) / (float)n;
+            const float scale = 1.0f / sqrtf(var + eps);
+#pragma unroll
+            for (int k = 0; k < TANDEM_NORM_HELD; ++k) {
+                const i64 i = threadIdx.x + (i64)k * blockDim.x;
+                if (i < n) {
+                    const float y = (v[k] - mean) * scale;
+                    *(float*)(d + i * s.nbd[0]) = FUSED ? y * g[k] : y;
+                }
+            }
+            continue;
+        }
 
         float mean = 0.0f;
         if (!RMS) {
@@ -70,13 +131,10 @@ TANDEM_DEVICE void tandem_norm_rows(const char* src, const char* other, char* ds
         const float scale = 1.0f / sqrtf(var + eps);
 
         if (FUSED) {
-            const char* w = other + (i1 % s.new_[1]) * s.nbw[1] + (i2 % s.new_[2]) * s.nbw[2] +
-                            (i3 % s.new_[3]) * s.nbw[3];
-            const bool whole = s.new_[0] == n;
+            const char* w = tandem_norm_other_row(other, s, i1, i2, i3);
             for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
                 const float y = (*(const float*)(x + i * s.nbs[0]) - mean) * scale;
-                const i64 j = whole ? i : i % s.new_[0];
-                *(float*)(d + i * s.nbd[0]) = y * *(const float*)(w + j * s.nbw[0]);
+                *(float*)(d + i * s.nbd[0]) = y * tandem_norm_other(w, s, i);
             }
         } else {
             for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
@@ -143,6 +201,35 @@ tandem_add_rms_norm_mul_f32(const char* a, const char* b, char* sum, const char*
         const char* pb = b + i1 * t.nbb[1] + i2 * t.nbb[2] + i3 * t.nbb[3];
         char* x = sum + i1 * s.nbs[1] + i2 * s.nbs[2] + i3 * s.nbs[3];
         char* d = dst + i1 * s.nbd[1] + i2 * s.nbd[2] + i3 * s.nbd[3];
+        const char* w = tandem_norm_other_row(other, s, i1, i2, i3);
+        if (n <= (i64)TANDEM_NORM_HELD * blockDim.x) {
+            float va[TANDEM_NORM_HELD], vb[TANDEM_NORM_HELD], g[TANDEM_NORM_HELD];
+#pragma unroll
+            for (int k = 0; k < TANDEM_NORM_HELD; ++k) {
+                const i64 i = threadIdx.x + (i64)k * blockDim.x;
+                va[k] = i < n ? *(const float*)(pa + i * t.nba[0]) : 0.0f;
+                vb[k] = i < n ? *(const float*)(pb + i * t.nbb[0]) : 0.0f;
+                g[k] = i < n ? tandem_norm_other(w, s, i) : 0.0f;
+            }
+            float part = 0.0f;
+#pragma unroll
+            for (int k = 0; k < TANDEM_NORM_HELD; ++k) {
+                const i64 i = threadIdx.x + (i64)k * blockDim.x;
+                va[k] = __fadd_rn(va[k], vb[k]);
+                if (i < n) {
+                    *(float*)(x + i * s.nbs[0]) = va[k];
+                    part += va[k] * va[k];
+                }
+            }
+            const float var = tandem_norm_block_sum(part, slots) / (float)n;
+            const float scale = 1.0f / sqrtf(var + eps);
+#pragma unroll
+            for (int k = 0; k < TANDEM_NORM_HELD; ++k) {
+                const i64 i = threadIdx.x + (i64)k * blockDim.x;
+                if (i < n) *(float*)(d + i * s.nbd[0]) = va[k] * scale * g[k];
+            }
+            continue;
+        }
         float part = 0.0f;
         for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
             const float v = __fadd_rn(*(const float*)(pa + i * t.nba[0]), *(const float*)(pb + i * t.nbb[0]));
@@ -151,12 +238,9 @@ tandem_add_rms_norm_mul_f32(const char* a, const char* b, char* sum, const char*
         }
         const float var = tandem_norm_block_sum(part, slots) / (float)n;
         const float scale = 1.0f / sqrtf(var + eps);
-        const char* w = other + (i1 % s.new_[1]) * s.nbw[1] + (i2 % s.new_[2]) * s.nbw[2] + (i3 % s.new_[3]) * s.nbw[3];
-        const bool whole = s.new_[0] == n;
         for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
             const float y = *(const float*)(x + i * s.nbs[0]) * scale;
-            const i64 j = whole ? i : i % s.new_[0];
-            *(float*)(d + i * s.nbd[0]) = y * *(const float*)(w + j * s.nbw[0]);
+            *(float*)(d + i * s.nbd[0]) = y * tandem_norm_other(w, s, i);
         }
     }
 }

@@ -7,7 +7,9 @@
 // whose error grows with the position; the f64 form keeps the result within the 1e-7 NMSE of the
 // f64 reference. One block handles one token (one position) for a run of heads: its threads fill
 // a cos/sin table in shared memory (n_dims/2 entries of each), then rotate every row of the run,
-// so the f64 work is paid once per token and block, not per head.
+// so the f64 work is paid once per token and block, not per head. Blocks take about one row
+// element a thread; where a token's run is no more than that (decode), each thread reads its
+// element or pair before the table is built, so the loads and the f64 math overlap.
 //
 // Each pair is read and written by one thread, so dst == src (ggml's in-place rope) is safe.
 // Wave-size independent: no cross-lane work, only block barriers reached by every thread.
@@ -52,6 +54,54 @@ TANDEM_DEVICE void tandem_rope_store(char* p, int ty, float v) {
     }
 }
 
+// Unit w of a block's run of heads from h_begin (units per row: n_offs leading copies, `half`
+// pairs, then the trailing copies): its element (x0) or pair (x0, x1) of token (i2, i3).
+TANDEM_DEVICE void tandem_rope_read(const char* src, const tandem_rope_shape& s, i64 h_begin, i64 units, i64 half,
+                                    i64 i2, i64 i3, i64 w, float& x0, float& x1) {
+    const i64 i1 = h_begin + w / units;
+    const i64 u = w % units;
+    const char* a = src + i1 * s.nbs[1] + i2 * s.nbs[2] + i3 * s.nbs[3];
+    if (u < s.n_offs || u >= s.n_offs + half) {
+        const i64 e = u < s.n_offs ? u : u + half;
+        x0 = tandem_rope_load(a + e * s.nbs[0], s.ty);
+        return;
+    }
+    const i64 k = u - s.n_offs;
+    const i64 e0 = s.neox ? s.n_offs + k : s.n_offs + 2 * k;
+    const i64 e1 = s.neox ? e0 + half : e0 + 1;
+    x0 = tandem_rope_load(a + e0 * s.nbs[0], s.ty);
+    x1 = tandem_rope_load(a + e1 * s.nbs[0], s.ty);
+}
+
+// Writes unit w as tandem_rope_read read it: a copied element as it is, a pair rotated by the
+// table's angle; to the cache row crow too where there is one.
+TANDEM_DEVICE void tandem_rope_write(char* dst, const tandem_rope_shape& s, char* crow, int csize, i64 h_begin,
+                                     i64 units, i64 half, i64 i2, i64 i3, i64 w, float x0, float x1,
+                                     const float* cos_t, const float* sin_t) {
+    const i64 i1 = h_begin + w / units;
+    const i64 u = w % units;
+    char* d = dst + i1 * s.nbd[1] + i2 * s.nbd[2] + i3 * s.nbd[3];
+    char* c = crow ? crow + i1 * s.ne[0] * csize : nullptr;
+    if (u < s.n_offs || u >= s.n_offs + half) {
+        const i64 e = u < s.n_offs ? u : u + half;
+        tandem_rope_store(d + e * s.nbd[0], s.ty, x0);
+        if (c) tandem_rope_store(c + e * csize, s.cty, x0);
+        return;
+    }
+    const i64 k = u - s.n_offs;
+    const i64 e0 = s.neox ? s.n_offs + k : s.n_offs + 2 * k;
+    const i64 e1 = s.neox ? e0 + half : e0 + 1;
+    const float cs = cos_t[k];
+    const float sn = sin_t[k];
+    const float y0 = x0 * cs - x1 * sn, y1 = x0 * sn + x1 * cs;
+    tandem_rope_store(d + e0 * s.nbd[0], s.ty, y0);
+    tandem_rope_store(d + e1 * s.nbd[0], s.ty, y1);
+    if (c) {
+        tandem_rope_store(c + e0 * csize, s.cty, y0);
+        tandem_rope_store(c + e1 * csize, s.cty, y1);
+    }
+}
+
 // Dynamic shared memory: 2 * (n_dims / 2) floats (cos table, then sin table). With s.cty >= 0
 // (one token), every value written to dst is written to the cache row idx[0] as well.
 extern "C" __global__ void __launch_bounds__(256)
@@ -77,9 +127,15 @@ tandem_rope(const char* src, const char* pos, const char* ff, char* dst, tandem_
         if (r >= 0 && r < s.crows) crow = cache + r * s.cnb1;
     }
     const int csize = s.cty == 1 ? 2 : 4;
+    // Where the block's work for a token is at most one unit a thread (the launcher's decode
+    // grids), each thread reads its unit before the table is built, so the loads and the f64
+    // math overlap instead of following each other.
+    const bool one = work <= (i64)blockDim.x;
     for (i64 t = blockIdx.y; t < tokens; t += gridDim.y) {
         const i64 i2 = t % s.ne[2];
         const i64 i3 = t / s.ne[2];
+        float x0 = 0.0f, x1 = 0.0f;
+        if (one && (i64)threadIdx.x < work) tandem_rope_read(src, s, h_begin, units, half, i2, i3, threadIdx.x, x0, x1);
         const double p = (double)*(const i32*)(pos + i2 * s.nbp);
         for (i64 k = threadIdx.x; k < half; k += blockDim.x) {
             double extrap = p * pow(s.freq_base, -2.0 * (double)k / (double)s.n_dims);
@@ -100,32 +156,14 @@ tandem_rope(const char* src, const char* pos, const char* ff, char* dst, tandem_
             sin_t[k] = (float)(sn * s.mscale);
         }
         __syncthreads();
-        for (i64 w = threadIdx.x; w < work; w += blockDim.x) {
-            const i64 i1 = h_begin + w / units;
-            const i64 u = w % units;
-            const char* a = src + i1 * s.nbs[1] + i2 * s.nbs[2] + i3 * s.nbs[3];
-            char* d = dst + i1 * s.nbd[1] + i2 * s.nbd[2] + i3 * s.nbd[3];
-            char* c = crow ? crow + i1 * s.ne[0] * csize : nullptr;
-            if (u < s.n_offs || u >= s.n_offs + half) {
-                const i64 e = u < s.n_offs ? u : u + half;
-                const float v = tandem_rope_load(a + e * s.nbs[0], s.ty);
-                tandem_rope_store(d + e * s.nbd[0], s.ty, v);
-                if (c) tandem_rope_store(c + e * csize, s.cty, v);
-                continue;
+        if (one) {
+            if ((i64)threadIdx.x < work) {
+                tandem_rope_write(dst, s, crow, csize, h_begin, units, half, i2, i3, threadIdx.x, x0, x1, cos_t, sin_t);
             }
-            const i64 k = u - s.n_offs;
-            const i64 e0 = s.neox ? s.n_offs + k : s.n_offs + 2 * k;
-            const i64 e1 = s.neox ? e0 + half : e0 + 1;
-            const float x0 = tandem_rope_load(a + e0 * s.nbs[0], s.ty);
-            const float x1 = tandem_rope_load(a + e1 * s.nbs[0], s.ty);
-            const float cs = cos_t[k];
-            const float sn = sin_t[k];
-            const float y0 = x0 * cs - x1 * sn, y1 = x0 * sn + x1 * cs;
-            tandem_rope_store(d + e0 * s.nbd[0], s.ty, y0);
-            tandem_rope_store(d + e1 * s.nbd[0], s.ty, y1);
-            if (c) {
-                tandem_rope_store(c + e0 * csize, s.cty, y0);
-                tandem_rope_store(c + e1 * csize, s.cty, y1);
+        } else {
+            for (i64 w = threadIdx.x; w < work; w += blockDim.x) {
+                tandem_rope_read(src, s, h_begin, units, half, i2, i3, w, x0, x1);
+                tandem_rope_write(dst, s, crow, csize, h_begin, units, half, i2, i3, w, x0, x1, cos_t, sin_t);
             }
         }
         // The next token rewrites the table.
