@@ -87,7 +87,7 @@ fn hash_tensor(g: &Graph, id: TensorId, h: &mut WordHash) {
 /// product: every input bit reaches every output bit within a few words, and the lanes'
 /// multiplies overlap in the pipeline. Words go to lanes in fours; a short tail is padded
 /// with zeros (the word count, hashed at the end, tells paddings apart).
-struct WordHash {
+pub(crate) struct WordHash {
     lanes: [u64; 4],
     count: u64,
 }
@@ -100,7 +100,7 @@ impl WordHash {
         0xd6e8_feb8_6659_fd93,
     ];
 
-    fn new() -> WordHash {
+    pub(crate) fn new() -> WordHash {
         WordHash {
             lanes: [
                 0x243f_6a88_85a3_08d3,
@@ -117,7 +117,7 @@ impl WordHash {
         p as u64 ^ (p >> 64) as u64
     }
 
-    fn words(&mut self, ws: &[u64]) {
+    pub(crate) fn words(&mut self, ws: &[u64]) {
         let mut quads = ws.chunks_exact(4);
         for q in &mut quads {
             self.quad([q[0], q[1], q[2], q[3]]);
@@ -137,7 +137,7 @@ impl WordHash {
         }
     }
 
-    fn finish(&self) -> u64 {
+    pub(crate) fn finish(&self) -> u64 {
         let [a, b, c, d] = self.lanes;
         let x = Self::fold(a ^ Self::K[2], b ^ Self::K[3]) ^ Self::fold(c ^ Self::K[0], d ^ Self::K[1]);
         Self::fold(x ^ self.count, Self::K[0])

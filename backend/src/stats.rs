@@ -21,6 +21,9 @@ pub struct GraphStats {
     /// GPU: host microseconds from the first step until the last launch was queued (the part
     /// of `launch_us` before the final wait); 0 on the host device.
     pub queue_us: u64,
+    /// GPU: host microseconds of `queue_us` spent queueing the copies of the graph's inputs into
+    /// device memory (`exec::staged_inputs`); 0 where none are staged.
+    pub stage_us: u64,
     pub wall_us: u64,
     /// Nanoseconds spent inside the CPU nodes' kernels (their check, work and pool fork/join),
     /// summed; measured only while [`node_timing`] is on, else 0.
@@ -71,6 +74,9 @@ impl std::fmt::Display for GraphStats {
         }
         if self.queue_us > 0 {
             write!(f, " queue_us={}", self.queue_us)?;
+        }
+        if self.stage_us > 0 {
+            write!(f, " stage_us={}", self.stage_us)?;
         }
         if self.kernel_ns > 0 {
             write!(f, " kernel_us={}", self.kernel_ns / 1000)?;

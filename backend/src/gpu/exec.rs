@@ -8,7 +8,6 @@ use super::registry::{LaunchCtx, Node, Registry};
 use crate::executor::ExecError;
 use crate::stats::GraphStats;
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 use std::ops::Range;
 use tandem_graph::{ElemType, Graph, Op, Tensor, TensorId};
 use tandem_ops::{CpuContext, Srcs};
@@ -140,27 +139,36 @@ pub fn staged_inputs(g: &Graph, kinds: &[MemKind], steps: &[GpuStep]) -> (Vec<St
 
 /// Memory kind of every tensor of `g` (by tensor index).
 pub fn tensor_kinds(g: &Graph, map: &MemoryMap) -> Vec<MemKind> {
-    g.tensors
-        .iter()
-        .map(|t| {
-            if t.data == 0 {
-                MemKind::Host
-            } else {
-                map.kind(t.data, t.nbytes().max(1))
-            }
-        })
-        .collect()
+    map.kinds(g.tensors.iter().map(|t| (t.data, t.nbytes().max(1))))
 }
 
 /// Plan cache key: the graph's structure, where each tensor lives, and each address's alignment
 /// (predicates may take a view only at an aligned offset; the structure key leaves offsets out).
 pub fn plan_key(g: &Graph, kinds: &[MemKind]) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    crate::plan::structure_key(g).hash(&mut h);
-    kinds.hash(&mut h);
-    for t in &g.tensors {
-        ((t.data % 16) as u8).hash(&mut h);
+    // Whole words, as the structure key mixes them (it runs for every graph): per tensor its
+    // kind and its address modulo 16, and a pinned tensor's device delta.
+    let mut h = crate::plan::WordHash::new();
+    h.words(&[crate::plan::structure_key(g), kinds.len() as u64]);
+    let mut buf = [0u64; 64];
+    let mut n = 0;
+    for (t, k) in g.tensors.iter().zip(kinds) {
+        let (code, delta) = match *k {
+            MemKind::Device => (0u64, None),
+            MemKind::Pinned { delta } => (1, Some(delta as u64)),
+            MemKind::Host => (2, None),
+        };
+        buf[n] = code | ((t.data % 16) as u64) << 8;
+        n += 1;
+        if let Some(d) = delta {
+            buf[n] = d;
+            n += 1;
+        }
+        if n >= buf.len() - 1 {
+            h.words(&buf[..n]);
+            n = 0;
+        }
     }
+    h.words(&buf[..n]);
     h.finish()
 }
 

@@ -56,6 +56,38 @@ impl MemoryMap {
     /// The kind of `[addr, addr + len)`; `Host` when the range is not inside one allocation.
     pub fn kind(&self, addr: usize, len: usize) -> MemKind {
         let map = self.regions.read().unwrap_or_else(|p| p.into_inner());
+        Self::lookup(&map, addr, len)
+    }
+
+    /// [`Self::kind`] of every range, under one lock, address 0 (nothing allocated) being `Host`;
+    /// a range inside the allocation of the one before it is answered without a search (a
+    /// graph's tensors lie in a few buffers, and the lookups of a thousand tensors are paid on
+    /// every graph run).
+    pub fn kinds(&self, ranges: impl Iterator<Item = (usize, usize)>) -> Vec<MemKind> {
+        let map = self.regions.read().unwrap_or_else(|p| p.into_inner());
+        let mut last: Option<(usize, usize, MemKind)> = None;
+        ranges
+            .map(|(addr, len)| {
+                if addr == 0 {
+                    return MemKind::Host;
+                }
+                if let Some((start, end, kind)) = last {
+                    if addr >= start && addr.saturating_add(len) <= end {
+                        return kind;
+                    }
+                }
+                match map.range(..=addr).next_back() {
+                    Some((&start, r)) if addr.saturating_add(len) <= start + r.len.max(1) => {
+                        last = Some((start, start + r.len.max(1), r.kind));
+                        r.kind
+                    }
+                    _ => MemKind::Host,
+                }
+            })
+            .collect()
+    }
+
+    fn lookup(map: &BTreeMap<usize, Region>, addr: usize, len: usize) -> MemKind {
         match map.range(..=addr).next_back() {
             Some((&start, r)) if addr.saturating_add(len) <= start + r.len.max(1) => r.kind,
             _ => MemKind::Host,
@@ -153,5 +185,35 @@ mod tests {
         assert_eq!(m.kind(9000, 1), MemKind::Host);
         m.remove(1000);
         assert_eq!(m.kind(1000, 1), MemKind::Host);
+    }
+
+    #[test]
+    fn many_ranges_resolve_as_one_at_a_time() {
+        let m = MemoryMap::default();
+        m.insert(1000, 100, MemKind::Device);
+        m.insert(1100, 100, MemKind::Pinned { delta: -3 });
+        m.insert(5000, 50, MemKind::Device);
+        // Runs within one allocation, across two, past an end, between, address 0.
+        let ranges = [
+            (1000, 10),
+            (1010, 90),
+            (1090, 20),
+            (1100, 1),
+            (1150, 50),
+            (1150, 51),
+            (1020, 5),
+            (3000, 1),
+            (5000, 50),
+            (5010, 41),
+            (0, 1),
+            (0, 0),
+        ];
+        let one_by_one: Vec<MemKind> = ranges
+            .iter()
+            .map(|&(a, l)| if a == 0 { MemKind::Host } else { m.kind(a, l) })
+            .collect();
+        assert_eq!(m.kinds(ranges.iter().copied()), one_by_one);
+        assert_eq!(one_by_one[2], MemKind::Host, "crosses into the next allocation");
+        assert_eq!(one_by_one[4], MemKind::Pinned { delta: -3 });
     }
 }
