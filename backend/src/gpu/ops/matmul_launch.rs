@@ -1678,7 +1678,8 @@ pub unsafe fn launch_seg(
         0
     };
     let overlapped = overlaps_ahead(ctx, early != 0);
-    let Some(entry) = if seg_narrow(w.ty, s, waves, warp, units, in_units, overlapped) {
+    let narrow = seg_narrow(w.ty, s, waves, warp, units, in_units, overlapped);
+    let Some(entry) = if narrow {
         seg_narrow_entry(w.ty)
     } else if in_units {
         seg_units_entry(w.ty)
@@ -1705,8 +1706,22 @@ pub unsafe fn launch_seg(
     // 16-byte-aligned base (`gemv_seg_fits`), read in 16-byte units up to that end; the block
     // quantizes src1's one column (with a gate, op(src1, gb) read at the same offsets) into the
     // shared memory counted by the config, before tandem_grid_wait only with MM_ACT_EARLY (no
-    // kernel ahead of it still writes src1). Dependent launch as in `launch_decode`.
-    unsafe { launch_decode(ctx, &f, cfg, &mut args) }.map(|()| true)
+    // kernel ahead of it still writes src1). Dependent launch as in `launch_decode`, but for
+    // the stretch walk.
+    unsafe {
+        if in_units || narrow {
+            launch_decode(ctx, &f, cfg, &mut args)
+        } else {
+            // The stretch walk (a dense FFN's down projection, k 14336) as a dependent launch
+            // took 25.6 µs from its start and 19.9 of a layer's time behind the GLU gate, against
+            // 13.2 as an ordinary launch (H200, dense Q4_0 decode, kernel trace of the run,
+            // forty-seventh record): one block per SM, its blocks wait beside the kernel ahead
+            // with one step loaded, and its column (all k values) is read and quantized only
+            // after the wait.
+            ctx.stream.launch(&f, cfg, &mut args).map_err(KernelError::Gpu)
+        }
+    }
+    .map(|()| true)
 }
 
 /// Queues a decode GEMV: a dependent launch where no node of the graph writes its weights
