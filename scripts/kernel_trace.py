@@ -105,7 +105,12 @@ def main():
     ap.add_argument("--positions", action="store_true", help="print the by-position table too")
     ap.add_argument("--json", help="write the summaries here")
     a = ap.parse_args()
-    rows = load(a.trace)
+    if not a.gap > 0:
+        sys.exit(f"kernel_trace.py: --gap {a.gap}: the idle microseconds that end a burst must be above 0")
+    try:
+        rows = load(a.trace)
+    except (OSError, ValueError) as e:
+        sys.exit(f"kernel_trace.py: cannot read the trace {a.trace}: {e}")
     if not rows:
         sys.exit(f"kernel_trace.py: no kernel records in {a.trace}")
     bs = bursts(rows, int(a.gap * 1e3))

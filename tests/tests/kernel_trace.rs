@@ -78,3 +78,22 @@ fn an_empty_trace_fails() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no kernel records"));
     std::fs::remove_dir_all(dir).ok();
 }
+
+#[test]
+fn a_missing_trace_and_a_gap_not_above_zero_are_named() {
+    let out = Command::new("python3")
+        .arg(script())
+        .arg("/nonexistent/trace.txt")
+        .output()
+        .expect("python3 runs scripts/kernel_trace.py");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read the trace /nonexistent/trace.txt"));
+    let (out, dir) = run("gap", &made_up(), &["--gap", "-5"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--gap -5.0"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::remove_dir_all(dir).ok();
+}
