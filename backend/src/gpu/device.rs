@@ -718,8 +718,7 @@ impl GpuDevice {
             // Another graph with this plan and addresses: it takes the place (and the
             // allocations) of the last; the run that queued that one's capture has finished
             // (`compute` waits).
-            entry.data.clear();
-            entry.data.extend(g.tensors.iter().map(|t| t.data));
+            entry.data = LastGraph::addresses(g);
             entry.nodes.clone_from(&g.nodes);
             entry.runs = 1;
             entry.captured = None;

@@ -145,26 +145,23 @@ pub fn tensor_kinds(g: &Graph, map: &MemoryMap) -> Vec<MemKind> {
 /// Plan cache key: the graph's structure, where each tensor lives, and each address's alignment
 /// (predicates may take a view only at an aligned offset; the structure key leaves offsets out).
 pub fn plan_key(g: &Graph, kinds: &[MemKind]) -> u64 {
-    // Whole words, as the structure key mixes them (it runs for every graph): per tensor its
-    // kind and its address modulo 16, and a pinned tensor's device delta.
+    // Whole words, as the structure key mixes them (it runs for every graph): two per tensor,
+    // its kind with its address modulo 16, and a pinned tensor's device delta (else 0).
     let mut h = crate::plan::WordHash::new();
     h.words(&[crate::plan::structure_key(g), kinds.len() as u64]);
     let mut buf = [0u64; 64];
     let mut n = 0;
     for (t, k) in g.tensors.iter().zip(kinds) {
         let (code, delta) = match *k {
-            MemKind::Device => (0u64, None),
-            MemKind::Pinned { delta } => (1, Some(delta as u64)),
-            MemKind::Host => (2, None),
+            MemKind::Device => (0, 0),
+            MemKind::Pinned { delta } => (1, delta as u64),
+            MemKind::Host => (2, 0),
         };
         buf[n] = code | ((t.data % 16) as u64) << 8;
-        n += 1;
-        if let Some(d) = delta {
-            buf[n] = d;
-            n += 1;
-        }
-        if n >= buf.len() - 1 {
-            h.words(&buf[..n]);
+        buf[n + 1] = delta;
+        n += 2;
+        if n == buf.len() {
+            h.words(&buf);
             n = 0;
         }
     }

@@ -56,7 +56,7 @@ impl MemoryMap {
     /// The kind of `[addr, addr + len)`; `Host` when the range is not inside one allocation.
     pub fn kind(&self, addr: usize, len: usize) -> MemKind {
         let map = self.regions.read().unwrap_or_else(|p| p.into_inner());
-        Self::lookup(&map, addr, len)
+        Self::holding(&map, addr, len).map_or(MemKind::Host, |(_, _, kind)| kind)
     }
 
     /// [`Self::kind`] of every range, under one lock, address 0 (nothing allocated) being `Host`;
@@ -76,22 +76,17 @@ impl MemoryMap {
                         return kind;
                     }
                 }
-                match map.range(..=addr).next_back() {
-                    Some((&start, r)) if addr.saturating_add(len) <= start + r.len.max(1) => {
-                        last = Some((start, start + r.len.max(1), r.kind));
-                        r.kind
-                    }
-                    _ => MemKind::Host,
-                }
+                last = Self::holding(&map, addr, len);
+                last.map_or(MemKind::Host, |(_, _, kind)| kind)
             })
             .collect()
     }
 
-    fn lookup(map: &BTreeMap<usize, Region>, addr: usize, len: usize) -> MemKind {
-        match map.range(..=addr).next_back() {
-            Some((&start, r)) if addr.saturating_add(len) <= start + r.len.max(1) => r.kind,
-            _ => MemKind::Host,
-        }
+    /// The allocation holding `[addr, addr + len)`: its start, end and kind.
+    fn holding(map: &BTreeMap<usize, Region>, addr: usize, len: usize) -> Option<(usize, usize, MemKind)> {
+        let (&start, r) = map.range(..=addr).next_back()?;
+        let end = start + r.len.max(1);
+        (addr.saturating_add(len) <= end).then_some((start, end, r.kind))
     }
 }
 
