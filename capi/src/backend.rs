@@ -323,10 +323,13 @@ unsafe extern "C" fn graph_compute(backend: *mut Backend, cgraph: *mut Cgraph) -
         // One graph at a time per backend, as ggml drives it; the lock only guards the reuse.
         let mut scratch = bctx.scratch.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: ggml passes a live graph whose tensors stay live during the call.
-        if let Err(e) = unsafe { convert_graph(h, cgraph, &mut scratch) } {
-            log::error(&format!("{name}: graph_compute: {e}"));
-            return STATUS_FAILED;
-        }
+        let reused = match unsafe { convert_graph(h, cgraph, &mut scratch) } {
+            Ok(reused) => reused,
+            Err(e) => {
+                log::error(&format!("{name}: graph_compute: {e}"));
+                return STATUS_FAILED;
+            }
+        };
         let t1 = Instant::now();
         let gpu = match &*bctx.device {
             Device::Gpu(g) => Some(&**g),
@@ -347,7 +350,7 @@ unsafe extern "C" fn graph_compute(backend: *mut Backend, cgraph: *mut Cgraph) -
         // above) that ggml keeps allocated and does not touch while the graph runs.
         match unsafe { bctx.device.compute(scratch.graph()) } {
             Ok(stats) => {
-                record(&stats, t0, t1, t2);
+                record(&stats, reused, t0, t1, t2);
                 STATUS_SUCCESS
             }
             Err(mut e) => {
@@ -377,15 +380,17 @@ fn name_failed_node(e: &mut ExecError, g: &Graph) {
     }
 }
 
-/// Adds one successful graph to the totals; `t0..t1` converted it, `t1..t2` checked its
-/// memory, and the device computed it from `t2` on.
-fn record(stats: &GraphStats, t0: Instant, t1: Instant, t2: Instant) {
+/// Adds one successful graph to the totals; `t0..t1` converted it (or found it `reused`: the
+/// graph converted last time), `t1..t2` checked its memory, and the device computed it from
+/// `t2` on.
+fn record(stats: &GraphStats, reused: bool, t0: Instant, t1: Instant, t2: Instant) {
     let end = Instant::now();
     let ns = |a: Instant, b: Instant| b.duration_since(a).as_nanos() as u64;
     if Config::get().stats {
         eprintln!(
-            "tandem: graph_compute convert_us={} check_us={} total_us={}",
+            "tandem: graph_compute convert_us={}{} check_us={} total_us={}",
             ns(t0, t1) / 1000,
+            if reused { " (reused)" } else { "" },
             ns(t1, t2) / 1000,
             ns(t0, end) / 1000
         );

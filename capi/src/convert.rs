@@ -40,6 +40,37 @@ pub struct Scratch {
     /// The ggml tensor each id came from: names are read from there only when a message needs
     /// them. Valid only while the converted ggml graph is (during the call that converted it).
     origin: Vec<*const GgmlTensor>,
+    /// ggml's node list of the last graph converted whole (every entry, with whether it was
+    /// flagged for computation) ...
+    nodes: Vec<(*const GgmlTensor, bool)>,
+    /// ... and the bytes of each tensor in `origin` that conversion reads ([`key_of`]), so that
+    /// the same graph handed over again (a decode step after the one before) is recognised
+    /// without converting it anew.
+    keys: Vec<u8>,
+    /// Whether `graph` is the whole conversion of `nodes` and `keys` (not after a failure).
+    whole: bool,
+}
+
+/// The bytes of a `ggml_tensor` that conversion reads: its type, then everything from `buffer`
+/// to `data` (no padding lies between those fields); not the name, `extra` or padding.
+const KEY_HEAD: usize = std::mem::size_of::<c_int>();
+const KEY_FROM: usize = std::mem::offset_of!(GgmlTensor, buffer);
+const KEY_TO: usize = std::mem::offset_of!(GgmlTensor, name);
+const KEY_LEN: usize = KEY_HEAD + KEY_TO - KEY_FROM;
+const _: () = assert!(std::mem::offset_of!(GgmlTensor, type_) == 0 && KEY_TO > KEY_FROM);
+
+/// # Safety
+/// `t` is a live `ggml_tensor`.
+unsafe fn key_of(t: *const GgmlTensor) -> [&'static [u8]; 2] {
+    let p = t as *const u8;
+    // SAFETY: both ranges lie inside the live tensor and hold initialised fields (the type, and
+    // the pointer/integer fields from `buffer` to `data`, which are laid out without gaps).
+    unsafe {
+        [
+            std::slice::from_raw_parts(p, KEY_HEAD),
+            std::slice::from_raw_parts(p.add(KEY_FROM), KEY_TO - KEY_FROM),
+        ]
+    }
 }
 
 impl Scratch {
@@ -65,6 +96,59 @@ impl Scratch {
         self.graph.nodes.clear();
         self.ids.clear();
         self.origin.clear();
+        self.nodes.clear();
+        self.keys.clear();
+        self.whole = false;
+    }
+
+    /// Records what the graph just converted whole was made of.
+    ///
+    /// # Safety
+    /// Every tensor in `origin` is live.
+    unsafe fn record_keys(&mut self) {
+        self.keys.clear();
+        self.keys.reserve(self.origin.len() * KEY_LEN);
+        for &t in &self.origin {
+            // SAFETY: per the contract.
+            for part in unsafe { key_of(t) } {
+                self.keys.extend_from_slice(part);
+            }
+        }
+        self.whole = true;
+    }
+
+    /// Whether `cgraph` is the graph last converted whole: the same node list, and every tensor
+    /// conversion read with the same bytes (so the same tensors reached, and the same graph).
+    ///
+    /// # Safety
+    /// `cgraph` is a live graph; the tensors of the last conversion that are still reachable
+    /// from it are live (checked in ggml's order: a tensor is read only once every pointer that
+    /// led to it compared equal).
+    unsafe fn same_graph(&self, host: &HostApi, cgraph: *mut Cgraph) -> bool {
+        if !self.whole {
+            return false;
+        }
+        // SAFETY: accessor of the host's ggml on a live graph.
+        let n = unsafe { (host.graph_n_nodes)(cgraph) }.max(0) as usize;
+        if n != self.nodes.len() {
+            return false;
+        }
+        for (i, &last) in self.nodes.iter().enumerate() {
+            // SAFETY: 0 <= i < n_nodes; nodes of a live graph are live.
+            if unsafe { node_entry(host, cgraph, i) } != last {
+                return false;
+            }
+        }
+        for (t, key) in self.origin.iter().zip(self.keys.chunks_exact(KEY_LEN)) {
+            // SAFETY: `t` was reached in the same order through pointers (node list, sources,
+            // view roots) that compared equal above or in an earlier key, so it is a tensor of
+            // this live graph.
+            let [head, rest] = unsafe { key_of(*t) };
+            if head != &key[..KEY_HEAD] || rest != &key[KEY_HEAD..] {
+                return false;
+            }
+        }
+        true
     }
 }
 
@@ -232,16 +316,25 @@ impl<'h> Converter<'h> {
 }
 
 /// Converts ggml's graph into `scratch` (its previous content is replaced): every node flagged
-/// for computation, in order.
+/// for computation, in order. Returns whether the graph was the one converted last time,
+/// which `scratch` then already holds.
 ///
 /// # Safety
 /// `cgraph` is a live graph whose tensors stay live for the call.
-pub unsafe fn convert_graph(host: &HostApi, cgraph: *mut Cgraph, scratch: &mut Scratch) -> Result<(), ConvertError> {
+pub unsafe fn convert_graph(host: &HostApi, cgraph: *mut Cgraph, scratch: &mut Scratch) -> Result<bool, ConvertError> {
+    // SAFETY: per the contract.
+    if unsafe { scratch.same_graph(host, cgraph) } {
+        return Ok(true);
+    }
     let mut conv = Converter::with_scratch(host, std::mem::take(scratch));
     // SAFETY: per the contract.
     let r = unsafe { add_nodes(&mut conv, host, cgraph) };
     *scratch = conv.into_scratch();
-    r
+    if r.is_ok() {
+        // SAFETY: the tensors just converted are live for this call.
+        unsafe { scratch.record_keys() };
+    }
+    r.map(|()| false)
 }
 
 /// # Safety
@@ -250,19 +343,28 @@ unsafe fn add_nodes(conv: &mut Converter, host: &HostApi, cgraph: *mut Cgraph) -
     // SAFETY: accessor functions of the host's ggml on a live graph.
     let n = unsafe { (host.graph_n_nodes)(cgraph) }.max(0);
     for i in 0..n {
-        // SAFETY: 0 <= i < n_nodes.
-        let node = unsafe { (host.graph_node)(cgraph, i as c_int) };
-        if node.is_null() {
-            continue;
-        }
-        // SAFETY: nodes of a live graph are live.
-        if unsafe { (*node).flags } & TENSOR_FLAG_COMPUTE == 0 {
+        // SAFETY: 0 <= i < n_nodes; nodes of a live graph are live.
+        let (node, computed) = unsafe { node_entry(host, cgraph, i as usize) };
+        conv.s.nodes.push((node, computed));
+        if !computed {
             continue;
         }
         // SAFETY: as above.
         unsafe { conv.add_node(node, Some(i as usize)) }?;
     }
     Ok(())
+}
+
+/// Node `i` of ggml's graph and whether it is flagged for computation (a null node is not).
+///
+/// # Safety
+/// `cgraph` is a live graph and `i` below its node count.
+unsafe fn node_entry(host: &HostApi, cgraph: *mut Cgraph, i: usize) -> (*const GgmlTensor, bool) {
+    // SAFETY: per the contract.
+    let node = unsafe { (host.graph_node)(cgraph, i as c_int) } as *const GgmlTensor;
+    // SAFETY: nodes of a live graph are live.
+    let computed = !node.is_null() && unsafe { (*node).flags } & TENSOR_FLAG_COMPUTE != 0;
+    (node, computed)
 }
 
 /// The node's name (up to the first NUL of ggml's fixed 64-byte field).
@@ -300,8 +402,125 @@ pub unsafe fn types_of(host: &HostApi, t: &GgmlTensor) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::abi::{Backend, Buffer, BufferIface, BufferType, LogLevel};
     use std::collections::HashSet;
+    use std::ffi::{c_char, c_void};
     use std::hash::BuildHasher;
+
+    /// A stand-in for ggml's graph: its node list.
+    struct FakeGraph(Vec<*mut GgmlTensor>);
+
+    unsafe extern "C" fn n_nodes(g: *mut Cgraph) -> c_int {
+        // SAFETY: the tests pass a FakeGraph, not borrowed elsewhere during the call.
+        let g = unsafe { &*(g as *const FakeGraph) };
+        g.0.len() as c_int
+    }
+    unsafe extern "C" fn node(g: *mut Cgraph, i: c_int) -> *mut GgmlTensor {
+        // SAFETY: as above, with i below the count.
+        let g = unsafe { &*(g as *const FakeGraph) };
+        g.0[i as usize]
+    }
+    unsafe extern "C" fn no_name(_: c_int) -> *const c_char {
+        c"?".as_ptr()
+    }
+    unsafe extern "C" fn no_init(_: *mut BufferType, _: BufferIface, _: *mut c_void, _: usize) -> *mut Buffer {
+        std::ptr::null_mut()
+    }
+    unsafe extern "C" fn no_is_host(_: *mut Buffer) -> bool {
+        true
+    }
+    unsafe extern "C" fn no_buft_is_host(_: *mut BufferType) -> bool {
+        true
+    }
+    unsafe extern "C" fn no_sync(_: *mut Backend) {}
+    unsafe extern "C" fn no_nbytes(_: *const GgmlTensor) -> usize {
+        0
+    }
+
+    fn fake_host() -> HostApi {
+        HostApi {
+            buffer_init: no_init,
+            buffer_is_host: no_is_host,
+            buft_is_host: no_buft_is_host,
+            synchronize: no_sync,
+            nbytes: no_nbytes,
+            op_name: no_name,
+            type_name: no_name,
+            unary_op_name: no_name,
+            glu_op_name: no_name,
+            graph_n_nodes: n_nodes,
+            graph_node: node,
+            log_internal: None::<unsafe extern "C" fn(LogLevel, *const c_char, ...)>,
+        }
+    }
+
+    /// A zeroed ggml tensor of `ne0` f32 values, owned by the caller (`Box::from_raw`).
+    fn tensor(ne0: i64, op: Op) -> *mut GgmlTensor {
+        // SAFETY: every field of ggml_tensor is valid all-zero (null pointers, zero numbers).
+        let mut t: Box<GgmlTensor> = Box::new(unsafe { std::mem::zeroed() });
+        t.type_ = ElemType::F32.ggml_id() as c_int;
+        t.ne = [ne0, 1, 1, 1];
+        t.nb = [4, 4 * ne0 as usize, 4 * ne0 as usize, 4 * ne0 as usize];
+        t.op = op.ggml_id() as c_int;
+        Box::into_raw(t)
+    }
+
+    /// A decode step's graph handed over again unchanged is recognised and not converted anew;
+    /// any change to a field conversion reads, to the node list or to a node's flag is not.
+    #[test]
+    fn the_same_graph_again_is_reused_and_any_change_converts_it() {
+        let host = fake_host();
+        let (a, b) = (tensor(8, Op::None), tensor(8, Op::None));
+        let (sum, sq) = (tensor(8, Op::Add), tensor(8, Op::Mul));
+        // SAFETY (every access through these pointers): they stay valid until freed at the end,
+        // and no reference to them outlives a statement.
+        unsafe {
+            (*sum).flags = TENSOR_FLAG_COMPUTE;
+            (*sum).src[0] = a;
+            (*sum).src[1] = b;
+            (*sq).flags = TENSOR_FLAG_COMPUTE;
+            (*sq).src[0] = sum;
+            (*sq).src[1] = sum;
+        }
+        let mut g = FakeGraph(vec![sum, sq]);
+        let cg = &mut g as *mut FakeGraph as *mut Cgraph;
+        let mut scratch = Scratch::default();
+        // SAFETY: the fake graph and its tensors are live for every call.
+        let convert = |s: &mut Scratch| unsafe { convert_graph(&host, cg, s) }.unwrap();
+        assert!(!convert(&mut scratch));
+        let first = scratch.graph().clone();
+        assert_eq!((first.nodes.len(), first.tensors.len()), (2, 4));
+        assert!(convert(&mut scratch));
+        assert_eq!(scratch.graph(), &first);
+
+        // A source's extent, an op parameter, a data address: converted anew, and the graph
+        // says so.
+        unsafe { (*b).ne[0] = 4 };
+        assert!(!convert(&mut scratch));
+        assert_eq!(scratch.graph().tensors.iter().filter(|t| t.ne[0] == 4).count(), 1);
+        assert!(convert(&mut scratch));
+        unsafe { (*sq).op_params[0] = 7 };
+        assert!(!convert(&mut scratch));
+        assert!(convert(&mut scratch));
+        unsafe { (*a).data = 0x1000 as *mut c_void };
+        assert!(!convert(&mut scratch));
+        assert!(scratch.graph().tensors.iter().any(|t| t.data == 0x1000));
+        // A node no longer flagged for computation, then flagged again.
+        unsafe { (*sq).flags = 0 };
+        assert!(!convert(&mut scratch));
+        assert_eq!(scratch.graph().nodes.len(), 1);
+        unsafe { (*sq).flags = TENSOR_FLAG_COMPUTE };
+        assert!(!convert(&mut scratch));
+        assert_eq!(scratch.graph().nodes.len(), 2);
+        // Another node list.
+        unsafe { (*(cg as *mut FakeGraph)).0.pop() };
+        assert!(!convert(&mut scratch));
+        assert_eq!(scratch.graph().nodes.len(), 1);
+        for t in [a, b, sum, sq] {
+            // SAFETY: made by Box::into_raw above, freed once.
+            drop(unsafe { Box::from_raw(t) });
+        }
+    }
 
     #[test]
     fn tables_agree_with_the_graph_crate() {
