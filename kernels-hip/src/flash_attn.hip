@@ -1148,10 +1148,42 @@ TANDEM_DEVICE void tandem_fa_mma(const char* q, const char* k, const char* v, co
 
 // Decode and short batches on tensor cores (tandem_fa_mmd_d<D>): a block owns 16 (query, head)
 // rows of one kv head (a GQA group of one to a few queries, padded, as the f32 decode kernels
-// map them) and one split of the kv range (flash-decoding, combined by tandem_fa_reduce); each
-// tile of 64 kv rows is copied as the prefill kernel copies it, and warp w scores and
-// accumulates its rows 16 w .. 16 w + 15 against all 16 q rows with its own running max, sum
-// and output, the four warps' results combined through shared memory at the end.
+// map them) and one split of the kv range (flash-decoding, combined by tandem_fa_reduce). The
+// split is walked in tiles of 64 kv rows, warp w taking rows 16 w .. 16 w + 15 of each tile
+// against all 16 q rows with its own running max, sum and output. Each warp copies its own
+// rows (cp.async) into a ring of `s.pipe` stages of its own and waits only for its own copies,
+// so no barrier holds the block inside the walk and each warp keeps stages - 1 copies in flight
+// while it multiplies. Its first copies go out before q is read and before the mask scan that
+// trims the split's dead tiles at both ends (they are copied again in the rare case the scan
+// moves the start). The four warps' results are combined through shared memory at the end.
+#if defined(TANDEM_FA_MMA)
+template <int D, int SS>
+TANDEM_DEVICE void tandem_fa_mmd_stage(u32 dst, const char* src, i64 stride, int j0, int n_kv) {
+    constexpr int CH = D / 8;
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int u = lane; u < 16 * CH; u += 32) {
+        const int r = u / CH, c = u - r * CH;
+        const bool in = j0 + r < n_kv;
+        const char* g = src + (in ? (i64)(j0 + r) * stride + c * 16 : 0);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst + r * SS + c * 16), "l"(g),
+                     "r"(in ? 16 : 0)
+                     : "memory");
+    }
+}
+// Waits until at most `n` (0 .. 3) of this thread's committed groups are still in flight.
+TANDEM_DEVICE void tandem_fa_mmd_wait(int n) {
+    if (n >= 3) {
+        asm volatile("cp.async.wait_group 3;" ::: "memory");
+    } else if (n == 2) {
+        asm volatile("cp.async.wait_group 2;" ::: "memory");
+    } else if (n == 1) {
+        asm volatile("cp.async.wait_group 1;" ::: "memory");
+    } else {
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
+    }
+}
+#endif
 template <int D>
 TANDEM_DEVICE void tandem_fa_mmd(const char* q, const char* k, const char* v, const char* mask, const char* sinks,
                                  char* dst, float* partial, const tandem_fa_shape& s) {
@@ -1172,14 +1204,27 @@ TANDEM_DEVICE void tandem_fa_mmd(const char* q, const char* k, const char* v, co
     const int seq = blockIdx.z, kv_seq = seq / s.seq_per_kv, split = blockIdx.x;
     const int group_rows = s.group * s.n_q;
     const int row0 = rb * 16;
-    const int stages = s.pipe != 0 ? 2 : 1;
+    const int stages = s.pipe < 1 ? 1 : (s.pipe > 4 ? 4 : s.pipe);
     const u32 qs = (u32)__cvta_generic_to_shared(tandem_fa_smem);
-    const u32 ks0 = qs + 16 * SS;
-    const u32 vs0 = ks0 + stages * KT * SS;
+    // This warp's ring: stage st holds its 16 K rows, then its 16 V rows.
+    const u32 ring = qs + 16 * SS + warp * stages * 32 * SS;
     const char* kbase = k + kvh * s.nbk[2] + kv_seq * s.nbk[3];
     const char* vbase = v + kvh * s.nbv[2] + kv_seq * s.nbv[3];
     const int j_begin = split * s.split_len;
     const int j_end = min(s.n_kv, j_begin + s.split_len);
+
+    // The first stages - 1 tiles' rows of this warp, before anything else is read.
+    int lo = j_begin / KT, hi = (j_end + KT - 1) / KT;
+    const int lo0 = lo;
+    auto issue = [&](int ti, int st) {
+        const u32 dst_k = ring + st * 32 * SS;
+        tandem_fa_mmd_stage<D, SS>(dst_k, kbase, s.nbk[1], ti * KT + 16 * warp, s.n_kv);
+        tandem_fa_mmd_stage<D, SS>(dst_k + 16 * SS, vbase, s.nbv[1], ti * KT + 16 * warp, s.n_kv);
+    };
+    for (int i = 0; i + 1 < stages; ++i) {
+        if (lo + i < hi) issue(lo + i, i);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
 
     if (t < 16) {
         const int rr = row0 + t;
@@ -1202,16 +1247,19 @@ TANDEM_DEVICE void tandem_fa_mmd(const char* q, const char* k, const char* v, co
     }
     __syncthreads();
 
-    int lo = j_begin / KT, hi = (j_end + KT - 1) / KT;
     if (s.has_mask && lo < hi) {
         tandem_fa_mma_bounds(lo, hi, found_s, [&](int ti) {
             return tandem_fa_mmd_live<KT>(mask, moff_s, ti * KT, j_end);
         });
     }
-    if (lo < hi) {
-        tandem_fa_mma_stage<D, KT, SS>(ks0, kbase, s.nbk[1], lo * KT, s.n_kv);
-        tandem_fa_mma_stage<D, KT, SS>(vs0, vbase, s.nbv[1], lo * KT, s.n_kv);
-        asm volatile("cp.async.commit_group;" ::: "memory");
+    if (lo != lo0) {
+        // The scan moved the start: the copies in flight are of dead tiles.
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
+        __syncwarp();
+        for (int i = 0; i + 1 < stages; ++i) {
+            if (lo + i < hi) issue(lo + i, i);
+            asm volatile("cp.async.commit_group;" ::: "memory");
+        }
     }
     const u32 qa_lane = qs + (lane % 16) * SS + 16 * (lane / 16);
     u32 qf[QREG ? D / 16 : 1][4];
@@ -1242,7 +1290,7 @@ TANDEM_DEVICE void tandem_fa_mmd(const char* q, const char* k, const char* v, co
     float m_a = -TANDEM_INF, m_b = -TANDEM_INF, l_a = 0.0f, l_b = 0.0f;
 
     for (int ti = lo; ti < hi; ++ti) {
-        const int st = stages == 2 ? (ti - lo) & 1 : 0;
+        const int st = (ti - lo) % stages;
         // This lane's mask entries of its warp's 16 kv rows, loaded before the wait.
         u32 mk[2][2];
 #pragma unroll
@@ -1251,16 +1299,14 @@ TANDEM_DEVICE void tandem_fa_mmd(const char* q, const char* k, const char* v, co
             mk[nt][0] = s.has_mask ? tandem_fa_mask2(mrow_a, j, j_end) : 0u;
             mk[nt][1] = s.has_mask ? tandem_fa_mask2(mrow_b, j, j_end) : 0u;
         }
-        if (stages == 2 && ti + 1 < hi) {
-            tandem_fa_mma_stage<D, KT, SS>(ks0 + (st ^ 1) * KT * SS, kbase, s.nbk[1], (ti + 1) * KT, s.n_kv);
-            tandem_fa_mma_stage<D, KT, SS>(vs0 + (st ^ 1) * KT * SS, vbase, s.nbv[1], (ti + 1) * KT, s.n_kv);
-            asm volatile("cp.async.commit_group;" ::: "memory");
-            asm volatile("cp.async.wait_group 1;" ::: "memory");
-        } else {
-            asm volatile("cp.async.wait_group 0;" ::: "memory");
-        }
-        __syncthreads();
-        const u32 ks = ks0 + st * KT * SS + 16 * warp * SS, vs = vs0 + st * KT * SS + 16 * warp * SS;
+        // The tile stages - 1 ahead goes into the stage read last time round (every lane of
+        // the warp was past its reads at the __syncwarp that ended that round).
+        const int ahead = ti + stages - 1;
+        if (ahead < hi) issue(ahead, (ahead - lo) % stages);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        tandem_fa_mmd_wait(stages - 1);
+        __syncwarp();
+        const u32 ks = ring + st * 32 * SS, vs = ks + 16 * SS;
         const int j0 = ti * KT + 16 * warp;
 
         float sc[2][4];
@@ -1355,21 +1401,17 @@ TANDEM_DEVICE void tandem_fa_mmd(const char* q, const char* k, const char* v, co
             tandem_fa_hmma(o[2 * dp], pa, b[0], b[1]);
             tandem_fa_hmma(o[2 * dp + 1], pa, b[2], b[3]);
         }
-        __syncthreads();
-        if (stages == 1 && ti + 1 < hi) {
-            tandem_fa_mma_stage<D, KT, SS>(ks0, kbase, s.nbk[1], (ti + 1) * KT, s.n_kv);
-            tandem_fa_mma_stage<D, KT, SS>(vs0, vbase, s.nbv[1], (ti + 1) * KT, s.n_kv);
-            asm volatile("cp.async.commit_group;" ::: "memory");
-        }
+        __syncwarp();
     }
 
-    // The four warps' maxima, sums and outputs, combined per row in shared memory (the tiles'
-    // space: every copy has landed and every warp is past its last read).
+    // The four warps' maxima, sums and outputs, combined per row in shared memory (the rings'
+    // space: once every copy has landed and every warp is past its last read).
     l_a += __shfl_xor(l_a, 1);
     l_a += __shfl_xor(l_a, 2);
     l_b += __shfl_xor(l_b, 1);
     l_b += __shfl_xor(l_b, 2);
-    __syncthreads();  // with no tile, the q fragments' reads came after the last barrier
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    __syncthreads();
     float* ow = (float*)tandem_fa_smem;  // [W][16][D]
     float* mw = ow + W * 16 * D;         // [W][16]
     float* lw = mw + W * 16;             // [W][16]

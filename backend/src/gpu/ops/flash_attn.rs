@@ -552,15 +552,21 @@ pub fn mmd_plan(node: &Node<'_>, arch: &str) -> Option<MmdPlan> {
         256 => "tandem_fa_mmd_d256",
         _ => return None,
     };
-    let ss = 2 * d + 16;
-    // The four warps' outputs, maxima and sums at the end, in the tiles' space.
-    let combine = 4 * 16 * (d + 2) * 4;
     let budget = mma_budget(sm);
-    let (stages, shared) = [2usize, 1]
+    let (stages, shared) = [3usize, 2, 1]
         .into_iter()
-        .map(|st| (st, (ss * (16 + 2 * st * MMD_KT)).max(combine)))
+        .map(|st| (st, mmd_shared(d, st)))
         .find(|&(_, bytes)| bytes <= budget)?;
     Some(MmdPlan { entry, stages, shared })
+}
+
+/// Shared memory of a decode block of head size `d` with `stages` stages a warp: the 16 q rows
+/// and each of the four warps' ring of its 16 K and 16 V rows a stage (rows `2 d + 16` bytes
+/// apart), or the warps' outputs, maxima and sums at the end if those take more.
+fn mmd_shared(d: usize, stages: usize) -> usize {
+    let ss = 2 * d + 16;
+    let combine = 4 * 16 * (d + 2) * 4;
+    (ss * (16 + 4 * stages * 32)).max(combine)
 }
 
 /// Queues the tensor-core decode kernel of `plan` for `node`: blocks of 16 (query, head) rows
@@ -572,7 +578,8 @@ pub fn mmd_plan(node: &Node<'_>, arch: &str) -> Option<MmdPlan> {
 unsafe fn launch_mmd(ctx: &LaunchCtx<'_>, node: &Node<'_>, plan: MmdPlan) -> Result<(), KernelError> {
     let fail = |m: &str| launch_error("launch_flash_attn", m.to_string());
     let (mut s, _) = fa_shape(node, 48 * 1024, 1).ok_or_else(|| fail("node not accepted"))?;
-    s.pipe = i32::from(plan.stages == 2);
+    // The decode kernel's stages a warp (1 to 3).
+    s.pipe = plan.stages as i32;
     let q = node.src(0).ok_or_else(|| fail("q is required"))?;
     let n_seq = q.ne[3] as usize;
     let group_rows = (s.group * s.n_q) as usize;
@@ -877,10 +884,16 @@ mod tests {
             plan(one, "sm_90"),
             Some(MmdPlan {
                 entry: "tandem_fa_mmd_d128",
-                stages: 2,
-                shared: 272 * (16 + 4 * 64)
+                stages: 3,
+                shared: 272 * (16 + 4 * 3 * 32)
             })
         );
+        // Two such blocks fit an H100's / H200's SM (228 KiB, 1 KiB reserved a block); a 99 KiB
+        // device takes two stages a warp.
+        let p = plan(one, "sm_90").unwrap();
+        assert!(2 * (p.shared + 1024) <= 228 * 1024);
+        assert_eq!(plan(one, "sm_86").map(|p| p.stages), Some(2));
+        assert_eq!(plan(batch, "sm_90").map(|p| p.stages), Some(3));
         let p = plan(batch, "sm_89").unwrap();
         assert_eq!(p.entry, "tandem_fa_mmd_d256");
         assert!(p.shared <= 99 * 1024 && p.shared >= 4 * 16 * 258 * 4);
