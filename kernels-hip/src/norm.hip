@@ -69,9 +69,8 @@ TANDEM_DEVICE void tandem_norm_rows(const char* src, const char* other, char* ds
     const i64 rows = s.ne[1] * s.ne[2] * s.ne[3];
     const i64 n = s.ne[0];
     for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
-        const i64 i1 = r % s.ne[1];
-        const i64 i2 = (r / s.ne[1]) % s.ne[2];
-        const i64 i3 = r / (s.ne[1] * s.ne[2]);
+        i64 i1, i2, i3;
+        tandem_row_index(r, s.ne, i1, i2, i3);
         const char* x = src + i1 * s.nbs[1] + i2 * s.nbs[2] + i3 * s.nbs[3];
         char* d = dst + i1 * s.nbd[1] + i2 * s.nbd[2] + i3 * s.nbd[3];
 
@@ -194,9 +193,8 @@ tandem_add_rms_norm_mul_f32(const char* a, const char* b, char* sum, const char*
     const i64 rows = s.ne[1] * s.ne[2] * s.ne[3];
     const i64 n = s.ne[0];
     for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
-        const i64 i1 = r % s.ne[1];
-        const i64 i2 = (r / s.ne[1]) % s.ne[2];
-        const i64 i3 = r / (s.ne[1] * s.ne[2]);
+        i64 i1, i2, i3;
+        tandem_row_index(r, s.ne, i1, i2, i3);
         const char* pa = a + i1 * t.nba[1] + i2 * t.nba[2] + i3 * t.nba[3];
         const char* pb = b + i1 * t.nbb[1] + i2 * t.nbb[2] + i3 * t.nbb[3];
         char* x = sum + i1 * s.nbs[1] + i2 * s.nbs[2] + i3 * s.nbs[3];
@@ -251,9 +249,8 @@ tandem_sum_rows_f32(const char* src, char* dst, tandem_row_shape s) {
     __shared__ float slots[TANDEM_NORM_MAX_WAVES];
     const i64 rows = s.ne[1] * s.ne[2] * s.ne[3];
     for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
-        const i64 i1 = r % s.ne[1];
-        const i64 i2 = (r / s.ne[1]) % s.ne[2];
-        const i64 i3 = r / (s.ne[1] * s.ne[2]);
+        i64 i1, i2, i3;
+        tandem_row_index(r, s.ne, i1, i2, i3);
         const char* x = src + i1 * s.nbs[1] + i2 * s.nbs[2] + i3 * s.nbs[3];
         float part = 0.0f;
         for (i64 i = threadIdx.x; i < s.ne[0]; i += blockDim.x) {
@@ -276,9 +273,8 @@ tandem_sum_clamp_div_f32(const char* src, char* dst, tandem_row_shape s, float l
     __shared__ float slots[TANDEM_NORM_MAX_WAVES];
     const i64 rows = s.ne[1] * s.ne[2] * s.ne[3];
     for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
-        const i64 i1 = r % s.ne[1];
-        const i64 i2 = (r / s.ne[1]) % s.ne[2];
-        const i64 i3 = r / (s.ne[1] * s.ne[2]);
+        i64 i1, i2, i3;
+        tandem_row_index(r, s.ne, i1, i2, i3);
         const char* x = src + i1 * s.nbs[1] + i2 * s.nbs[2] + i3 * s.nbs[3];
         char* d = dst + i1 * s.nbw[1] + i2 * s.nbw[2] + i3 * s.nbw[3];
         float part = 0.0f;

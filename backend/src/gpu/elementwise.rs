@@ -352,14 +352,41 @@ pub unsafe fn launch_combine(
     if elements(shape.ne) == Some(0) {
         return Ok(());
     }
+    let per_thread = binary_per_thread(types == [0; 3], shape, src0, src1, dst);
+    let cfg = launch_config_by(shape.ne, per_thread);
+    if let (Combine::Gate(g), 4) = (op, per_thread) {
+        if let Some(entry) = gate4_entry(g, shape) {
+            let f = k.function(FAMILY, entry)?;
+            let mut args = KernelArgs::new();
+            args.push(src0).push(src1).push(dst).push(*shape);
+            // SAFETY: the parameter list is (const char*, const char*, char*,
+            // tandem_binary_shape); the rows are f32, contiguous and 16-byte aligned
+            // (`binary_per_thread`), two-dimensional (`gate4_entry`), and the caller vouches
+            // for the memory.
+            return unsafe { s.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu);
+        }
+    }
     let f = k.function(FAMILY, "tandem_binary_any")?;
     let mut args = KernelArgs::new();
     args.push(src0).push(src1).push(dst).push(*shape);
     args.push(op.code()).push(types[0]).push(types[1]).push(types[2]);
-    let cfg = launch_config_by(shape.ne, binary_per_thread(types == [0; 3], shape, src0, src1, dst));
     // SAFETY: the parameter list is (const char*, const char*, char*, tandem_binary_shape, int,
     // int, int, int) and the caller vouches for the memory.
     unsafe { s.launch(&f, cfg, &mut args) }.map_err(KernelError::Gpu)
+}
+
+/// The short entry of gate `g` for an all-f32 gate whose rows go four values a thread: two
+/// dimensions (the kernel walks rows by `nb[1]` only) and extents that fit its 32-bit indices;
+/// `None` leaves the node to `tandem_binary_any`.
+fn gate4_entry(g: GluOp, shape: &BinaryShape) -> Option<&'static str> {
+    let fits = shape.ne[2] == 1 && shape.ne[3] == 1 && shape.ne[0] <= i32::MAX as i64 && shape.ne[1] <= i32::MAX as i64;
+    fits.then_some(match g {
+        GluOp::Swiglu => "tandem_swiglu4_f32",
+        GluOp::Geglu => "tandem_geglu4_f32",
+        GluOp::Reglu => "tandem_reglu4_f32",
+        GluOp::GegluErf => "tandem_geglu_erf4_f32",
+        GluOp::GegluQuick => "tandem_geglu_quick4_f32",
+    })
 }
 
 /// Queues `dst = f(src)` for `op`, element types `types` = [src, dst] as ggml ids.
@@ -449,6 +476,24 @@ pub unsafe fn launch_add_id(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn two_dimensional_gates_take_their_short_entries() {
+        let fam = tandem_kernels_hip::find(FAMILY).unwrap();
+        for g in GluOp::ALL {
+            let shape = BinaryShape::contiguous([14336, 512, 1, 1], [14336, 512, 1, 1]);
+            let e = gate4_entry(g, &shape).unwrap();
+            assert!(fam.entries.contains(&e), "{e}");
+            // Three dimensions stay with tandem_binary_any.
+            assert_eq!(
+                gate4_entry(g, &BinaryShape::contiguous([64, 4, 2, 1], [64, 4, 2, 1])),
+                None
+            );
+        }
+        // A 14336-wide decode row: 14 blocks of 256 threads, four values each.
+        let c = launch_config_by([14336, 1, 1, 1], 4);
+        assert_eq!(c.grid, [14, 1, 1]);
+    }
 
     #[test]
     fn shapes_check_the_repeat_rule_and_grids_cover_the_tensor() {
