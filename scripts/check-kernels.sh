@@ -2,7 +2,7 @@
 # Compile check of every HIP kernel without a GPU; exits non-zero on any compile failure.
 #   NVIDIA sm_90: NVRTC from the PyPI wheel `nvidia-cuda-nvrtc`, loaded through tandem's own
 #     runtime layer with the same header and options the JIT uses (the `catalog_compiles_with_nvrtc`
-#     test of tandem-backend); then the SASS of the kernels that load weights ahead of their wait
+#     test of tandem-backend) and the gemv family as TANDEM_WEIGHTS_EVICT_FIRST=1 builds it; then the SASS of the kernels that load weights ahead of their wait
 #     for the kernel ahead, through nvdisasm from the wheel `nvidia-cuda-nvdisasm`
 #     (`dependent_kernels_load_before_their_wait`).
 #   AMD gfx1100, gfx1151, gfx1201, gfx90a, gfx942: Debian's clang-19 HIP support, one object per kernel source
@@ -57,6 +57,10 @@ check_nvidia() {
     # TANDEM_REQUIRE_NVRTC turns the test's "NVRTC not found" skip into a failure.
     (cd "$root" && TANDEM_NVRTC="$lib" TANDEM_REQUIRE_NVRTC=1 TANDEM_CHECK_NVIDIA_ARCH="$nvidia_arch" \
         cargo test --quiet -p tandem-backend --lib gpu::check::tests::catalog_compiles_with_nvrtc \
+        -- --exact --nocapture) || return 1
+    # The gemv family as TANDEM_WEIGHTS_EVICT_FIRST=1 builds it.
+    (cd "$root" && TANDEM_NVRTC="$lib" TANDEM_REQUIRE_NVRTC=1 \
+        cargo test --quiet -p tandem-backend --lib gpu::check::tests::gemv_compiles_with_weights_evict_first \
         -- --exact --nocapture) || return 1
     # The SASS of the kernels that prefetch weights ahead of their wait for the kernel ahead:
     # nvdisasm from its PyPI wheel, required here.

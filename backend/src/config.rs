@@ -101,6 +101,10 @@ pub struct Config {
     /// same addresses) into a device graph (a CUDA graph) and from then on replays it with one
     /// launch; off, every run queues its kernels one by one.
     pub graphs: bool,
+    /// `TANDEM_WEIGHTS_EVICT_FIRST` (off unless `1` or `true`): on NVIDIA sm_80+, the GEMVs'
+    /// weight loads ask L2 to evict their lines first (the gemv family built with
+    /// `-DTANDEM_WEIGHTS_EVICT_FIRST`, cached apart from the default build).
+    pub weights_evict_first: bool,
     /// `TANDEM_OFFLOAD_EXEC`: see [`OffloadExec`].
     pub offload_exec: OffloadExec,
     /// `TANDEM_SPLIT_SHARE`: `None` (auto) learns each shape's GPU share online; `Some(x)` uses
@@ -177,6 +181,7 @@ impl Config {
         let dependent_launch = r.flag("TANDEM_DEPENDENT_LAUNCH", true);
         let early_activations = r.flag("TANDEM_EARLY_ACTIVATIONS", true);
         let graphs = r.flag("TANDEM_GRAPHS", true);
+        let weights_evict_first = r.flag("TANDEM_WEIGHTS_EVICT_FIRST", false);
         let wmma_emulate = r.parse(
             "TANDEM_WMMA_EMULATE",
             "9, 11 or 12",
@@ -253,6 +258,7 @@ impl Config {
             dependent_launch,
             early_activations,
             graphs,
+            weights_evict_first,
             offload_exec,
             split_share,
             trace_split,
@@ -410,6 +416,8 @@ mod tests {
             assert_eq!((c.early_activations, c.dependent_launch), (on, true), "{v}");
             let c = Config::from_lookup(|k| (k == "TANDEM_GRAPHS").then(|| v.into()));
             assert_eq!((c.graphs, c.early_activations), (on, true), "{v}");
+            let c = Config::from_lookup(|k| (k == "TANDEM_WEIGHTS_EVICT_FIRST").then(|| v.into()));
+            assert_eq!((c.weights_evict_first, c.graphs), (on, true), "{v}");
         }
         assert!(c.early_activations);
         assert_eq!(c.wmma_emulate, None);
@@ -539,7 +547,7 @@ mod tests {
         let c = Config::from_lookup(|_| None);
         assert!(c.warnings.is_empty());
         assert!(c.settings.iter().all(|s| s.source == Source::Default));
-        assert_eq!(c.settings.len(), 15);
+        assert_eq!(c.settings.len(), 16);
         let c = with("TANDEM_DISABLE_DISPATCH", "hip.rope, hip.mma");
         let s = setting(&c, "TANDEM_DISABLE_DISPATCH");
         assert_eq!((s.value.as_str(), s.source), ("hip.rope,hip.mma", Source::Env));

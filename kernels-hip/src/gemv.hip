@@ -1467,7 +1467,13 @@ TANDEM_DEVICE u32 tandem_seg_smem(const void* p) {
 // One 16-byte unit from global memory to shared address dst, not waiting (cp.async; kept out
 // of L1).
 TANDEM_DEVICE void tandem_seg_cp16(u32 dst, const uint4* src) {
+#if defined(TANDEM_L2_HINT)
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+                 "l"(tandem_weight_policy())
+                 : "memory");
+#else
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+#endif
 }
 #endif
 

@@ -216,10 +216,29 @@ TANDEM_DEVICE float tandem_glu_gate(int op, float x, float g) {
     }
 }
 
+// With TANDEM_WEIGHTS_EVICT_FIRST (NVIDIA sm_80+; TANDEM_WEIGHTS_EVICT_FIRST in the
+// environment), weight loads carry an L2 policy that makes their lines the first to go, so a
+// decode step's streamed weights do not push the small kernels' code, the activations and a short
+// KV cache out of L2 between one layer and the next.
+#if defined(TANDEM_NVIDIA) && defined(TANDEM_WEIGHTS_EVICT_FIRST) && __CUDA_ARCH__ >= 800
+#define TANDEM_L2_HINT 1
+TANDEM_DEVICE unsigned long long tandem_weight_policy() {
+    unsigned long long p;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+#endif
+
 // A 16-byte load of data read once (weights): kept out of L1, so data read again (activations)
 // stays cached there.
 TANDEM_DEVICE uint4 tandem_ld_stream16(const uint4* p) {
-#if defined(TANDEM_NVIDIA)
+#if defined(TANDEM_L2_HINT)
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p), "l"(tandem_weight_policy()));
+    return v;
+#elif defined(TANDEM_NVIDIA)
     uint4 v;
     asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)

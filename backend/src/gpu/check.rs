@@ -217,6 +217,30 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// The gemv family as `TANDEM_WEIGHTS_EVICT_FIRST` builds it (weight loads with an L2
+    /// policy) compiles and keeps every entry point.
+    #[test]
+    fn gemv_compiles_with_weights_evict_first() {
+        let Some(c) = nvrtc_or_skip("gemv_compiles_with_weights_evict_first") else {
+            return;
+        };
+        let k = catalog().iter().find(|k| k.family == "gemv").expect("the gemv family");
+        let mut options = options_for(&c, k, "sm_90");
+        options.push("-DTANDEM_WEIGHTS_EVICT_FIRST".into());
+        let t0 = Instant::now();
+        let code = c
+            .compile(k.file, k.source, HEADERS, &options)
+            .unwrap_or_else(|e| panic!("{e}"));
+        for e in k.entries {
+            assert!(contains(&code, e.as_bytes()), "{e} is missing");
+        }
+        eprintln!(
+            "check-kernels: ok   nvidia sm_90 gemv with TANDEM_WEIGHTS_EVICT_FIRST ({} bytes, {} ms)",
+            code.len(),
+            t0.elapsed().as_millis()
+        );
+    }
+
     #[test]
     fn compile_error_names_the_kernel_and_carries_the_log() {
         let Some(c) = nvrtc_or_skip("compile_error_names_the_kernel_and_carries_the_log") else {

@@ -38,6 +38,11 @@ impl From<GpuError> for KernelError {
 pub fn options_for(compiler: &dyn KernelCompiler, k: &KernelSource, arch: &str) -> Vec<String> {
     let mut o = compiler.arch_options(arch);
     o.extend(k.options.iter().map(|s| s.to_string()));
+    // Only the GEMVs stream weights through tandem_ld_stream16 / tandem_seg_cp16; the other
+    // families keep their one cached build.
+    if k.family == "gemv" && crate::config::Config::get().weights_evict_first && arch.starts_with("sm_") {
+        o.push("-DTANDEM_WEIGHTS_EVICT_FIRST".to_string());
+    }
     o
 }
 
