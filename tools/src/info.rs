@@ -63,7 +63,7 @@ pub fn info() {
             Source::Env => "env",
             Source::Default => "default",
         };
-        println!("  {:<24} {} ({source})", st.name, st.value);
+        println!("  {:<26} {} ({source})", st.name, st.value);
     }
     // The GPU runtime's variables, read where the runtimes load.
     let from = |name: &str| {
@@ -75,7 +75,7 @@ pub fn info() {
     };
     let report = tandem_backend::gpu::report();
     println!(
-        "  {:<24} {} ({})",
+        "  {:<26} {} ({})",
         "TANDEM_RUNTIME",
         report.choice.name(),
         if report.note.is_some() {
@@ -88,13 +88,13 @@ pub fn info() {
         .dir()
         .map_or("off".to_string(), |d| d.display().to_string());
     println!(
-        "  {:<24} {cache} ({})",
+        "  {:<26} {cache} ({})",
         "TANDEM_KERNEL_CACHE",
         from("TANDEM_KERNEL_CACHE")
     );
     for name in ["TANDEM_NVRTC", "TANDEM_HIPRTC"] {
         let v = std::env::var(name).unwrap_or_else(|_| "unset: the usual locations".into());
-        println!("  {name:<24} {v} ({})", from(name));
+        println!("  {name:<26} {v} ({})", from(name));
     }
     for w in &cfg.warnings {
         println!("  warning: {w}");
