@@ -3,7 +3,7 @@
 
 use crate::config::Config;
 use crate::executor::{check_plan, run_host, ExecError};
-use crate::plan::{plan_host, PlanCache};
+use crate::plan::{plan_host, GraphTag, PlanCache};
 use crate::stats::GraphStats;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
@@ -102,9 +102,19 @@ impl Device {
     /// Every tensor's `data` points at `nbytes()` bytes of memory this device can address, valid
     /// for the call and written by nobody else meanwhile.
     pub unsafe fn compute(&self, g: &Graph) -> Result<GraphStats, ExecError> {
+        // SAFETY: forwarded contract.
+        unsafe { self.compute_tagged(g, None) }
+    }
+
+    /// [`Self::compute`] for a graph the caller tagged ([`GraphTag`]): a graph with the tag of
+    /// the call before is taken to be that graph again.
+    ///
+    /// # Safety
+    /// As [`Self::compute`]; two calls with one tag pass equal graphs.
+    pub unsafe fn compute_tagged(&self, g: &Graph, tag: Option<GraphTag>) -> Result<GraphStats, ExecError> {
         if let Device::Gpu(d) = self {
             // SAFETY: forwarded contract.
-            return unsafe { d.compute(g) };
+            return unsafe { d.compute_tagged(g, tag) };
         }
         let t0 = Instant::now();
         let mut stats = GraphStats {
@@ -113,7 +123,7 @@ impl Device {
         };
         match self {
             Device::Host(h) => {
-                let (plan, cached) = h.plans.get_or_plan(g, plan_host);
+                let (plan, cached) = h.plans.get_or_plan_tagged(g, tag, plan_host);
                 stats.plan_cached = cached;
                 if !cached {
                     check_plan(g, &plan)?;

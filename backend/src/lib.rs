@@ -14,5 +14,5 @@ pub use buffer::HostBuffer;
 pub use config::{Config, F16Prefill, OffloadExec, Setting, Source};
 pub use device::{devices, Device, DeviceKind, HostDevice};
 pub use executor::ExecError;
-pub use plan::{Placement, Plan};
+pub use plan::{GraphTag, Placement, Plan};
 pub use stats::{DeviceGraph, GraphStats};

@@ -162,11 +162,21 @@ pub fn plan_host(g: &Graph) -> Plan {
     Plan { steps }
 }
 
+/// What a caller knows of a graph it hands a device again: two calls with the same tag carry
+/// the same graph, every field of every tensor alike (the plugin tags each graph it converts
+/// afresh and hands a graph it found unchanged with the tag of its conversion). A device may
+/// then reuse what it derived from the graph last time (its structure key, its tensors' memory
+/// kinds) instead of deriving it again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct GraphTag(pub u64);
+
 /// Plans keyed by [`structure_key`]; bounded so a host that builds ever-new graph shapes does
 /// not grow it without limit.
 #[derive(Default)]
 pub struct PlanCache {
     map: Mutex<HashMap<u64, Arc<Plan>>>,
+    /// The tag and structure key of the last graph planned or looked up with a tag.
+    last: Mutex<Option<(GraphTag, u64)>>,
 }
 
 const PLAN_CACHE_CAP: usize = 256;
@@ -174,7 +184,28 @@ const PLAN_CACHE_CAP: usize = 256;
 impl PlanCache {
     /// The cached plan for `g`, or a new one from `make`; the flag says whether it was cached.
     pub fn get_or_plan(&self, g: &Graph, make: impl FnOnce(&Graph) -> Plan) -> (Arc<Plan>, bool) {
-        let key = structure_key(g);
+        self.get_or_plan_tagged(g, None, make)
+    }
+
+    /// As [`Self::get_or_plan`]; a graph with the tag of the last tagged call is the same graph
+    /// ([`GraphTag`]), whose structure key is not computed again.
+    pub fn get_or_plan_tagged(
+        &self,
+        g: &Graph,
+        tag: Option<GraphTag>,
+        make: impl FnOnce(&Graph) -> Plan,
+    ) -> (Arc<Plan>, bool) {
+        let key = {
+            let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+            match (tag, *last) {
+                (Some(t), Some((lt, key))) if t == lt => key,
+                _ => {
+                    let key = structure_key(g);
+                    *last = tag.map(|t| (t, key));
+                    key
+                }
+            }
+        };
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(p) = map.get(&key) {
             if p.steps.len() == g.nodes.len() {
@@ -215,6 +246,33 @@ mod structure_key_tests {
         g.tensors = vec![w, x, mm, b, add];
         g.nodes = vec![TensorId(2), TensorId(3), TensorId(4)];
         g
+    }
+
+    /// A tagged graph comes back with its plan; another tag, or none, looks the plan up by the
+    /// graph's own key.
+    #[test]
+    fn tagged_graphs_find_their_plans() {
+        let cache = PlanCache::default();
+        let made = std::cell::Cell::new(0);
+        let make = |g: &Graph| {
+            made.set(made.get() + 1);
+            plan_host(g)
+        };
+        let g = graph();
+        let mut other = graph();
+        other.tensors[2].ne = [16, 1, 1, 1];
+        let (p1, cached) = cache.get_or_plan_tagged(&g, Some(GraphTag(7)), make);
+        assert!(!cached);
+        let (p2, cached) = cache.get_or_plan_tagged(&g, Some(GraphTag(7)), make);
+        assert!(cached && Arc::ptr_eq(&p1, &p2));
+        let (p3, cached) = cache.get_or_plan_tagged(&other, Some(GraphTag(8)), make);
+        assert!(!cached && !Arc::ptr_eq(&p1, &p3));
+        assert!(Arc::ptr_eq(
+            &cache.get_or_plan_tagged(&g, Some(GraphTag(9)), make).0,
+            &p1
+        ));
+        assert!(Arc::ptr_eq(&cache.get_or_plan(&other, make).0, &p3));
+        assert_eq!(made.get(), 2);
     }
 
     #[test]

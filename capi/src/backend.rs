@@ -346,9 +346,11 @@ unsafe extern "C" fn graph_compute(backend: *mut Backend, cgraph: *mut Cgraph) -
             return STATUS_FAILED;
         }
         let t2 = Instant::now();
+        let tag = Some(tandem_backend::GraphTag(scratch.tag()));
         // SAFETY: every tensor's bytes live in host memory or this device's memory (checked
-        // above) that ggml keeps allocated and does not touch while the graph runs.
-        match unsafe { bctx.device.compute(scratch.graph()) } {
+        // above) that ggml keeps allocated and does not touch while the graph runs; the scratch
+        // keeps a tag for exactly one graph (`Scratch::tag`).
+        match unsafe { bctx.device.compute_tagged(scratch.graph(), tag) } {
             Ok(stats) => {
                 record(&stats, reused, t0, t1, t2);
                 STATUS_SUCCESS

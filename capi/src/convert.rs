@@ -7,6 +7,7 @@ use crate::host::HostApi;
 use std::collections::HashMap;
 use std::ffi::c_int;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use tandem_graph::{ElemType, Graph, Op, Tensor, TensorId, MAX_OP_PARAMS};
 
@@ -49,6 +50,8 @@ pub struct Scratch {
     keys: Vec<u8>,
     /// Whether `graph` is the whole conversion of `nodes` and `keys` (not after a failure).
     whole: bool,
+    /// The tag of the graph's conversion, unique in the process ([`Scratch::tag`]).
+    tag: u64,
 }
 
 /// The bytes of a `ggml_tensor` that conversion reads: its type, then everything from `buffer`
@@ -76,6 +79,12 @@ unsafe fn key_of(t: *const GgmlTensor) -> [&'static [u8]; 2] {
 impl Scratch {
     pub fn graph(&self) -> &Graph {
         &self.graph
+    }
+
+    /// A number given to each graph converted whole and kept while the graph is found
+    /// unchanged: two calls with one tag hand over the same graph (a device's `GraphTag`).
+    pub fn tag(&self) -> u64 {
+        self.tag
     }
 
     /// Gives every tensor its ggml name, for messages; the hot path leaves names empty.
@@ -106,6 +115,8 @@ impl Scratch {
     /// # Safety
     /// Every tensor in `origin` is live.
     unsafe fn record_keys(&mut self) {
+        static NEXT_TAG: AtomicU64 = AtomicU64::new(1);
+        self.tag = NEXT_TAG.fetch_add(1, Ordering::Relaxed);
         self.keys.clear();
         self.keys.reserve(self.origin.len() * KEY_LEN);
         for &t in &self.origin {
@@ -489,14 +500,17 @@ mod tests {
         let convert = |s: &mut Scratch| unsafe { convert_graph(&host, cg, s) }.unwrap();
         assert!(!convert(&mut scratch));
         let first = scratch.graph().clone();
+        let tag = scratch.tag();
         assert_eq!((first.nodes.len(), first.tensors.len()), (2, 4));
         assert!(convert(&mut scratch));
         assert_eq!(scratch.graph(), &first);
+        assert_eq!(scratch.tag(), tag, "a graph found unchanged keeps its tag");
 
         // A source's extent, an op parameter, a data address: converted anew, and the graph
         // says so.
         unsafe { (*b).ne[0] = 4 };
         assert!(!convert(&mut scratch));
+        assert_ne!(scratch.tag(), tag, "a graph converted anew gets a tag of its own");
         assert_eq!(scratch.graph().tensors.iter().filter(|t| t.ne[0] == 4).count(), 1);
         assert!(convert(&mut scratch));
         unsafe { (*sq).op_params[0] = 7 };

@@ -13,6 +13,7 @@ use super::ways::{Way, WayChooser};
 use super::{GpuBackend, KernelCache};
 use crate::config::{Config, OffloadExec};
 use crate::executor::ExecError;
+use crate::plan::GraphTag;
 use crate::stats::{DeviceGraph, GraphStats};
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -48,6 +49,8 @@ struct ExecState {
     scratch: Scratch,
     staging: Option<PinnedAlloc>,
     plans: HashMap<u64, Arc<GpuPlan>>,
+    /// What the last tagged graph's run derived from it ([`GraphTag`]).
+    tagged: Option<TaggedGraph>,
     /// By plan key of a graph with split nodes: its plan with every split node a kernel over
     /// the bus ([`Way::Gpu`]).
     gpu_plans: HashMap<u64, Arc<GpuPlan>>,
@@ -80,6 +83,15 @@ struct ExecState {
     split_regs: HashMap<u64, Option<usize>>,
     /// `TANDEM_PROFILE`: step times of every graph, launch by launch ([`super::profile`]).
     profile: Option<Profiler>,
+}
+
+/// A tagged graph's memory kinds and plan key, valid for that tag while the memory map's
+/// generation is the one they were looked up at.
+struct TaggedGraph {
+    tag: GraphTag,
+    generation: u64,
+    kinds: Arc<Vec<MemKind>>,
+    key: u64,
 }
 
 /// The sources of a split node's GPU part: its weight rows, the activations, the expert ids.
@@ -219,6 +231,7 @@ impl GpuDevice {
                 scratch: Scratch::new(ctx.clone()),
                 staging: None,
                 plans: HashMap::new(),
+                tagged: None,
                 gpu_plans: HashMap::new(),
                 ways: WayChooser::new(),
                 way_trials: true,
@@ -437,12 +450,23 @@ impl GpuDevice {
     /// Every tensor's `data` addresses `nbytes()` bytes of the memory it claims to be in, valid
     /// for the call and used by nobody else meanwhile.
     pub unsafe fn compute(&self, g: &Graph) -> Result<GraphStats, ExecError> {
+        // SAFETY: forwarded contract.
+        unsafe { self.compute_tagged(g, None) }
+    }
+
+    /// [`Self::compute`] for a tagged graph ([`GraphTag`]): the graph of the last call with the
+    /// same tag again, whose memory kinds and plan key are not looked up again while no
+    /// allocation has come or gone.
+    ///
+    /// # Safety
+    /// As [`Self::compute`]; two calls with one tag pass equal graphs.
+    pub unsafe fn compute_tagged(&self, g: &Graph, tag: Option<GraphTag>) -> Result<GraphStats, ExecError> {
         // Under `TANDEM_STATS` the statistics line also says the device time from the first
         // step to the last (`device_us`): against `wall_us` it shows how much of a graph's
         // time the GPU was working or waiting inside it.
         let timing = Config::get().stats.then_some(None);
         // SAFETY: forwarded contract.
-        unsafe { self.compute_with(g, timing) }.map(|(stats, _)| stats)
+        unsafe { self.compute_with(g, timing, tag) }.map(|(stats, _)| stats)
     }
 
     /// [`Self::compute`], and with `timing` the device time in milliseconds between events
@@ -454,6 +478,7 @@ impl GpuDevice {
         &self,
         g: &Graph,
         timing: Option<Option<Runway>>,
+        tag: Option<GraphTag>,
     ) -> Result<(GraphStats, Option<f32>), ExecError> {
         // Failures of the graph as a whole (binding the device, the final wait) name no node.
         let other = |reason: String| ExecError::Other {
@@ -476,8 +501,21 @@ impl GpuDevice {
         };
         let mut st = self.state();
         self.ctx.bind().map_err(|e| other(e.to_string()))?;
-        let kinds = exec::tensor_kinds(g, &self.mem);
-        let key = exec::plan_key(g, &kinds);
+        let generation = self.mem.generation();
+        let (kinds, key) = match (&st.tagged, tag) {
+            (Some(t), Some(tag)) if t.tag == tag && t.generation == generation => (t.kinds.clone(), t.key),
+            _ => {
+                let kinds = Arc::new(exec::tensor_kinds(g, &self.mem));
+                let key = exec::plan_key(g, &kinds);
+                st.tagged = tag.map(|tag| TaggedGraph {
+                    tag,
+                    generation,
+                    kinds: kinds.clone(),
+                    key,
+                });
+                (kinds, key)
+            }
+        };
         let split_mode = cfg.offload_exec == OffloadExec::Split;
         let mut plan = match st.plans.get(&key) {
             Some(p) => {
@@ -1445,7 +1483,7 @@ impl GpuDevice {
     /// As [`Self::compute`]; the runway's ranges are device memory of this device, unused by `g`.
     pub unsafe fn compute_timed(&self, g: &Graph, runway: Option<Runway>) -> Result<(GraphStats, f32), ExecError> {
         // SAFETY: forwarded contract.
-        let (stats, ms) = unsafe { self.compute_with(g, Some(runway)) }?;
+        let (stats, ms) = unsafe { self.compute_with(g, Some(runway), None) }?;
         Ok((stats, ms.unwrap_or(0.0)))
     }
 

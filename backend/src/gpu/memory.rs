@@ -5,6 +5,7 @@
 use super::api::{DevicePtr, GpuResult};
 use super::safe::{Context, DeviceBuffer, PinnedHostBuffer};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 /// Where a range of bytes lives.
@@ -39,18 +40,27 @@ struct Region {
 #[derive(Default)]
 pub struct MemoryMap {
     regions: RwLock<BTreeMap<usize, Region>>,
+    /// Bumped by every allocation and release ([`Self::generation`]).
+    generation: AtomicU64,
 }
 
 impl MemoryMap {
     fn insert(&self, start: usize, len: usize, kind: MemKind) {
-        self.regions
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(start, Region { len, kind });
+        let mut map = self.regions.write().unwrap_or_else(|p| p.into_inner());
+        map.insert(start, Region { len, kind });
+        self.generation.fetch_add(1, Ordering::Release);
     }
 
     fn remove(&self, start: usize) {
-        self.regions.write().unwrap_or_else(|p| p.into_inner()).remove(&start);
+        let mut map = self.regions.write().unwrap_or_else(|p| p.into_inner());
+        map.remove(&start);
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// A number that changes whenever an allocation is added or released: kinds looked up at
+    /// one generation hold while it lasts.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     /// The kind of `[addr, addr + len)`; `Host` when the range is not inside one allocation.
