@@ -792,11 +792,13 @@ TANDEM_DEVICE void tandem_fa_hmma(float (&c)[4], const u32 (&a)[4], u32 b0, u32 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 // Rows j0 .. j0 + ROWS of K or V (D halves each, 16-byte aligned) into shared rows SS bytes
-// apart; rows at or past n_kv are zero-filled.
-template <int D, int ROWS, int SS>
+// apart; rows at or past n_kv are zero-filled. THREADS copy: the whole block, or (32) one warp
+// its own rows.
+template <int D, int ROWS, int SS, int THREADS = TANDEM_FA_THREADS>
 TANDEM_DEVICE void tandem_fa_mma_stage(u32 dst, const char* src, i64 stride, int j0, int n_kv) {
     constexpr int CH = D / 8;
-    for (int u = threadIdx.x; u < ROWS * CH; u += TANDEM_FA_THREADS) {
+    const int t = THREADS == TANDEM_FA_THREADS ? (int)threadIdx.x : (int)threadIdx.x % THREADS;
+    for (int u = t; u < ROWS * CH; u += THREADS) {
         const int r = u / CH, c = u - r * CH;
         const bool in = j0 + r < n_kv;
         const char* g = src + (in ? (i64)(j0 + r) * stride + c * 16 : 0);
@@ -1157,20 +1159,6 @@ TANDEM_DEVICE void tandem_fa_mma(const char* q, const char* k, const char* v, co
 // trims the split's dead tiles at both ends (they are copied again in the rare case the scan
 // moves the start). The four warps' results are combined through shared memory at the end.
 #if defined(TANDEM_FA_MMA)
-template <int D, int SS>
-TANDEM_DEVICE void tandem_fa_mmd_stage(u32 dst, const char* src, i64 stride, int j0, int n_kv) {
-    constexpr int CH = D / 8;
-    const int lane = threadIdx.x % 32;
-#pragma unroll
-    for (int u = lane; u < 16 * CH; u += 32) {
-        const int r = u / CH, c = u - r * CH;
-        const bool in = j0 + r < n_kv;
-        const char* g = src + (in ? (i64)(j0 + r) * stride + c * 16 : 0);
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst + r * SS + c * 16), "l"(g),
-                     "r"(in ? 16 : 0)
-                     : "memory");
-    }
-}
 // Waits until at most `n` (0 .. 3) of this thread's committed groups are still in flight.
 TANDEM_DEVICE void tandem_fa_mmd_wait(int n) {
     if (n >= 3) {
@@ -1218,8 +1206,8 @@ TANDEM_DEVICE void tandem_fa_mmd(const char* q, const char* k, const char* v, co
     const int lo0 = lo;
     auto issue = [&](int ti, int st) {
         const u32 dst_k = ring + st * 32 * SS;
-        tandem_fa_mmd_stage<D, SS>(dst_k, kbase, s.nbk[1], ti * KT + 16 * warp, s.n_kv);
-        tandem_fa_mmd_stage<D, SS>(dst_k + 16 * SS, vbase, s.nbv[1], ti * KT + 16 * warp, s.n_kv);
+        tandem_fa_mma_stage<D, 16, SS, 32>(dst_k, kbase, s.nbk[1], ti * KT + 16 * warp, s.n_kv);
+        tandem_fa_mma_stage<D, 16, SS, 32>(dst_k + 16 * SS, vbase, s.nbv[1], ti * KT + 16 * warp, s.n_kv);
     };
     for (int i = 0; i + 1 < stages; ++i) {
         if (lo + i < hi) issue(lo + i, i);

@@ -54,26 +54,12 @@ TANDEM_DEVICE void tandem_rope_store(char* p, int ty, float v) {
     }
 }
 
-// Unit w of a row of `units` as (head offset, unit in the row), in 32 bits where both fit (a
-// 64-bit division is a subroutine of tens of instructions; decode blocks do this per thread).
-TANDEM_DEVICE void tandem_rope_unit(i64 w, i64 units, i64& head, i64& u) {
-    if (w <= 0x7fffffff && units <= 0x7fffffff) {
-        const unsigned wu = (unsigned)w, nu = (unsigned)units;
-        const unsigned q = wu / nu;
-        head = q;
-        u = wu - q * nu;
-    } else {
-        head = w / units;
-        u = w % units;
-    }
-}
-
 // Unit w of a block's run of heads from h_begin (units per row: n_offs leading copies, `half`
 // pairs, then the trailing copies): its element (x0) or pair (x0, x1) of token (i2, i3).
 TANDEM_DEVICE void tandem_rope_read(const char* src, const tandem_rope_shape& s, i64 h_begin, i64 units, i64 half,
                                     i64 i2, i64 i3, i64 w, float& x0, float& x1) {
     i64 i1, u;
-    tandem_rope_unit(w, units, i1, u);
+    tandem_divmod(w, units, i1, u);
     i1 += h_begin;
     const char* a = src + i1 * s.nbs[1] + i2 * s.nbs[2] + i3 * s.nbs[3];
     if (u < s.n_offs || u >= s.n_offs + half) {
@@ -94,7 +80,7 @@ TANDEM_DEVICE void tandem_rope_write(char* dst, const tandem_rope_shape& s, char
                                      i64 units, i64 half, i64 i2, i64 i3, i64 w, float x0, float x1,
                                      const float* cos_t, const float* sin_t) {
     i64 i1, u;
-    tandem_rope_unit(w, units, i1, u);
+    tandem_divmod(w, units, i1, u);
     i1 += h_begin;
     char* d = dst + i1 * s.nbd[1] + i2 * s.nbd[2] + i3 * s.nbd[3];
     char* c = crow ? crow + i1 * s.ne[0] * csize : nullptr;
@@ -129,8 +115,8 @@ tandem_rope(const char* src, const char* pos, const char* ff, char* dst, tandem_
     float* sin_t = tandem_rope_table + half;
     // Per row: n_offs leading copies, `half` pairs, then the trailing copies.
     const i64 units = s.ne[0] - half;
-    const i64 heads_per_block = s.ne[1] <= 0x7fffffff ? (i64)(((unsigned)s.ne[1] + gridDim.x - 1) / gridDim.x)
-                                                        : (s.ne[1] + gridDim.x - 1) / gridDim.x;
+    i64 heads_per_block, unused;
+    tandem_divmod(s.ne[1] + gridDim.x - 1, gridDim.x, heads_per_block, unused);
     const i64 h_begin = (i64)blockIdx.x * heads_per_block;
     const i64 h_left = s.ne[1] - h_begin;
     const i64 h_count = h_left <= 0 ? 0 : (h_left < heads_per_block ? h_left : heads_per_block);
@@ -150,7 +136,7 @@ tandem_rope(const char* src, const char* pos, const char* ff, char* dst, tandem_
     const bool one = work <= (i64)blockDim.x;
     for (i64 t = blockIdx.y; t < tokens; t += gridDim.y) {
         i64 i3, i2;
-        tandem_rope_unit(t, s.ne[2], i3, i2);
+        tandem_divmod(t, s.ne[2], i3, i2);
         float x0 = 0.0f, x1 = 0.0f;
         if (one && (i64)threadIdx.x < work) tandem_rope_read(src, s, h_begin, units, half, i2, i3, threadIdx.x, x0, x1);
         const double p = (double)*(const i32*)(pos + i2 * s.nbp);

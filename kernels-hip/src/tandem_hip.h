@@ -137,20 +137,25 @@ TANDEM_DEVICE void tandem_grid_wait() {
 // The wait orders later accesses only: ptxas may move loads written before it below it, which
 // costs the overlap but not correctness; kernels check their SASS for the loads they prefetch.
 
-// Row r of extents ne (dims 1..3) as (i1, i2, i3); 32-bit division where everything fits,
-// which is every tensor a model sends (a 64-bit division costs tens of instructions a thread).
-TANDEM_DEVICE void tandem_row_index(i64 r, const i64* ne, i64& i1, i64& i2, i64& i3) {
-    if (r <= 0x7fffffff && ne[1] <= 0x7fffffff && ne[2] <= 0x7fffffff) {
-        const unsigned ru = (unsigned)r, n1 = (unsigned)ne[1], n2 = (unsigned)ne[2];
-        const unsigned q = ru / n1;
-        i1 = ru - q * n1;
-        i2 = q % n2;
-        i3 = q / n2;
+// q = a / b and r = a % b (a >= 0, b > 0), in 32 bits where both fit, which is every index a
+// model's tensors need (a 64-bit division is a subroutine of tens of instructions a thread).
+TANDEM_DEVICE void tandem_divmod(i64 a, i64 b, i64& q, i64& r) {
+    if (a <= 0x7fffffff && b <= 0x7fffffff) {
+        const unsigned au = (unsigned)a, bu = (unsigned)b;
+        const unsigned qu = au / bu;
+        q = qu;
+        r = au - qu * bu;
     } else {
-        i1 = r % ne[1];
-        i2 = (r / ne[1]) % ne[2];
-        i3 = r / (ne[1] * ne[2]);
+        q = a / b;
+        r = a % b;
     }
+}
+
+// Row r of extents ne (dims 1..3) as (i1, i2, i3).
+TANDEM_DEVICE void tandem_row_index(i64 r, const i64* ne, i64& i1, i64& i2, i64& i3) {
+    i64 q;
+    tandem_divmod(r, ne[1], q, i1);
+    tandem_divmod(q, ne[2], i3, i2);
 }
 
 // Sum over one wave, for any wave size; every lane gets the total.
