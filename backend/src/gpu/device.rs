@@ -1355,11 +1355,25 @@ impl GpuDevice {
             node: String::new(),
             reason: format!("copying the graph's inputs to the device: {reason}"),
         };
-        if st.input_stage.as_ref().is_none_or(|b| b.len() < plan.input_bytes) {
+        // Inputs side by side in one allocation go down in one copy (`stage_copies`).
+        let spans: Vec<(usize, usize, Option<usize>)> = plan
+            .inputs
+            .iter()
+            .map(|input| {
+                let at = g.tensor(input.id).data;
+                (
+                    at,
+                    input.bytes,
+                    self.mem.allocation(at, input.bytes).map(|(start, _)| start),
+                )
+            })
+            .collect();
+        let (copies, offsets, need) = exec::stage_copies(&spans);
+        if st.input_stage.as_ref().is_none_or(|b| b.len() < need) {
             st.stream.synchronize().map_err(|e| fail(e.to_string()))?;
             st.graphs.clear();
             st.input_stage = None;
-            let size = plan.input_bytes.next_power_of_two().max(1 << 20);
+            let size = need.next_power_of_two().max(1 << 20);
             st.input_stage = Some(self.ctx.alloc(size).map_err(|e| fail(e.to_string()))?);
         }
         let base = st
@@ -1367,20 +1381,21 @@ impl GpuDevice {
             .as_ref()
             .map(|b| b.ptr().0)
             .ok_or_else(|| fail("no buffer".into()))?;
-        let mut moved = kinds.to_vec();
-        for input in &plan.inputs {
-            let t = g.tensor(input.id);
-            let at = base + input.offset as u64;
-            // SAFETY: the input is `bytes` of pinned host memory (its span, `staged_inputs`), the
-            // stage holds `input_bytes`; kernels of the last run reading the stage are ahead on
-            // the stream.
+        for c in &copies {
+            // SAFETY: the copy's bytes lie in one pinned allocation (its inputs' spans and the
+            // bytes between them, `stage_copies`), the stage holds `need`; kernels of the last
+            // run reading the stage are ahead on the stream.
             unsafe {
                 st.stream
-                    .copy_htod_async(DevicePtr(at), t.data as *const u8, input.bytes)
+                    .copy_htod_async(DevicePtr(base + c.offset as u64), c.src as *const u8, c.bytes)
             }
-            .map_err(|e| fail(format!("{}: {e}", t.name)))?;
+            .map_err(|e| fail(format!("{} bytes from {:#x}: {e}", c.bytes, c.src)))?;
+        }
+        let mut moved = kinds.to_vec();
+        for (input, offset) in plan.inputs.iter().zip(offsets) {
+            let t = g.tensor(input.id);
             moved[input.id.index()] = MemKind::Pinned {
-                delta: at as i64 - t.data as i64,
+                delta: (base + offset as u64) as i64 - t.data as i64,
             };
         }
         Ok(moved)

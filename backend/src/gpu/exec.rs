@@ -57,7 +57,8 @@ pub struct GpuPlan {
     /// Graph inputs in pinned host memory that kernels read ([`staged_inputs`]): copied into
     /// device memory at the start of every run, the kernels reading the copies.
     pub inputs: Vec<StagedInput>,
-    /// Device bytes the copies of `inputs` take.
+    /// Device bytes the copies of `inputs` take, one copy each (an upper bound as long as no
+    /// copy spans a gap: at run time inputs lying side by side share a copy, [`stage_copies`]).
     pub input_bytes: usize,
 }
 
@@ -135,6 +136,59 @@ pub fn staged_inputs(g: &Graph, kinds: &[MemKind], steps: &[GpuStep]) -> (Vec<St
         }
     }
     (out, total)
+}
+
+/// One copy of a run's staged inputs: `bytes` from host address `src` to `offset` of the
+/// device's input stage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StageCopy {
+    pub src: usize,
+    pub bytes: usize,
+    pub offset: usize,
+}
+
+/// Most bytes between two staged inputs of one allocation that one copy still carries across
+/// (at the bus's rate a microsecond or less, against the host's and the device's fixed cost of
+/// a copy of its own).
+pub const STAGE_MERGE_GAP: usize = 16 << 10;
+
+/// The copies that stage a run's inputs, given as (host address, bytes, start of the pinned
+/// allocation holding them): inputs that lie within [`STAGE_MERGE_GAP`] of each other in one
+/// allocation go down in one copy (ggml lays a graph's inputs out side by side in its compute
+/// buffer: tokens, positions, mask, cache row ids). Each copy starts at its first input's address
+/// rounded down to 256 bytes where that stays in the allocation, and at a 256-byte aligned stage
+/// offset, so an input's stage copy is as aligned as its host bytes up to 256. Returns the copies,
+/// each input's stage offset (in the order given) and the stage bytes they take.
+pub fn stage_copies(inputs: &[(usize, usize, Option<usize>)]) -> (Vec<StageCopy>, Vec<usize>, usize) {
+    let mut order: Vec<usize> = (0..inputs.len()).collect();
+    order.sort_by_key(|&i| inputs[i].0);
+    let mut copies: Vec<StageCopy> = Vec::new();
+    let mut offsets = vec![0usize; inputs.len()];
+    // The open copy's allocation (None: its input's allocation is unknown, so it merges nothing).
+    let mut open: Option<Option<usize>> = None;
+    let mut total = 0usize;
+    for i in order {
+        let (addr, bytes, alloc) = inputs[i];
+        let joins = match (copies.last(), open) {
+            (Some(c), Some(Some(a))) => alloc == Some(a) && addr <= c.src + c.bytes + STAGE_MERGE_GAP,
+            _ => false,
+        };
+        if !joins {
+            let down = addr & !255;
+            let src = match alloc {
+                Some(a) if down >= a => down,
+                _ => addr,
+            };
+            let offset = total.next_multiple_of(256);
+            copies.push(StageCopy { src, bytes: 0, offset });
+            open = Some(alloc);
+        }
+        let c = copies.last_mut().expect("pushed above");
+        c.bytes = c.bytes.max(addr + bytes - c.src);
+        offsets[i] = c.offset + (addr - c.src);
+        total = c.offset + c.bytes;
+    }
+    (copies, offsets, total)
 }
 
 /// Memory kind of every tensor of `g` (by tensor index).
@@ -1174,6 +1228,62 @@ mod tests {
         kinds[mask.index()] = MemKind::Pinned { delta: 0 };
         let p = plan(&g, &kinds, &registry(""), false, true).unwrap();
         assert_eq!((p.inputs.len(), p.input_bytes), (0, 0));
+    }
+
+    /// Inputs close together in one allocation share a copy that starts 256-aligned; a gap past
+    /// the bound, another allocation or an unknown one starts a copy of its own.
+    #[test]
+    fn staged_inputs_side_by_side_go_down_in_one_copy() {
+        let a = 0x10_0000usize;
+        let b = 0x80_0000usize;
+        let inputs = [
+            (a + 0x1040, 64, Some(a)),                                  // positions
+            (a + 0x1000, 8, Some(a)),                                   // tokens (first by address)
+            (a + 0x2000 + 16, 512, Some(a)),                            // mask
+            (a + 0x2000 + 16 + 512 + STAGE_MERGE_GAP + 1, 32, Some(a)), // past the gap
+            (b + 0x100, 16, Some(b)),                                   // another allocation
+            (b + 0x120, 16, None),                                      // allocation unknown
+        ];
+        let (copies, offsets, total) = stage_copies(&inputs);
+        let far = a + 0x2000 + 16 + 512 + STAGE_MERGE_GAP + 1;
+        assert_eq!(
+            copies,
+            vec![
+                StageCopy {
+                    src: a + 0x1000,
+                    bytes: 0x1000 + 16 + 512,
+                    offset: 0
+                },
+                StageCopy {
+                    src: far & !255,
+                    bytes: (far & 255) + 32,
+                    offset: 0x1300
+                },
+                StageCopy {
+                    src: b + 0x100,
+                    bytes: 16,
+                    offset: 0x1400
+                },
+                StageCopy {
+                    src: b + 0x120,
+                    bytes: 16,
+                    offset: 0x1500
+                },
+            ]
+        );
+        assert_eq!(offsets, vec![0x40, 0, 0x1010, 0x1300 + (far & 255), 0x1400, 0x1500]);
+        assert_eq!(total, 0x1510);
+        // Every input's bytes lie inside its copy, at the same place relative to the copy's
+        // source, and keep their host alignment modulo 16.
+        for (i, &(addr, bytes, _)) in inputs.iter().enumerate() {
+            let c = copies
+                .iter()
+                .find(|c| offsets[i] >= c.offset && offsets[i] + bytes <= c.offset + c.bytes)
+                .expect("inside a copy");
+            assert_eq!(addr - c.src, offsets[i] - c.offset);
+            assert_eq!(offsets[i] % 16, addr % 16);
+        }
+        assert_eq!(stage_copies(&[]), (vec![], vec![], 0));
     }
 
     /// Split nodes on the same activations group (q/k/v, gate/up); a split on other

@@ -92,6 +92,12 @@ impl MemoryMap {
             .collect()
     }
 
+    /// The start and end of the allocation holding `[addr, addr + len)`, if one does.
+    pub fn allocation(&self, addr: usize, len: usize) -> Option<(usize, usize)> {
+        let map = self.regions.read().unwrap_or_else(|p| p.into_inner());
+        Self::holding(&map, addr, len).map(|(start, end, _)| (start, end))
+    }
+
     /// The allocation holding `[addr, addr + len)`: its start, end and kind.
     fn holding(map: &BTreeMap<usize, Region>, addr: usize, len: usize) -> Option<(usize, usize, MemKind)> {
         let (&start, r) = map.range(..=addr).next_back()?;
