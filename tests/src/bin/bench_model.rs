@@ -12,7 +12,7 @@
 //!
 //! `bench_model run --model FILE [--model FILE ...] --device DEV[,DEV...] [--flash on|off|both]
 //!   [--pp N] [--tg N] [--depth N[,N...]] [--reps N] [--threads N] [--ngl N]
-//!   [--override REGEX=BUFT ...] [--no-mmap] [--load LIB ...] [--json]`
+//!   [--override REGEX=BUFT ...] [--no-mmap] [--greedy N] [--load LIB ...] [--json]`
 //!   loads each `--load` library with `ggml_backend_load` (tandem's plugin, a CUDA module),
 //!   then ggml's own backends, and runs every model × device × flash × depth: one warm-up pass
 //!   (kernel compilation, first plans) and `--reps` timed ones, each on a cleared context: the
@@ -27,6 +27,18 @@
 //!   pinned host memory), e.g. `--override exps=CPU`. libllama maps the file and keeps CPU
 //!   layers' weights in it unless `--no-mmap` (llama.cpp's `--no-mmap`): then they are read into
 //!   the device's pinned host memory (`<device>_Host`), where tandem runs split nodes on them.
+//!   `--greedy N` also generates N tokens greedily (argmax of the logits, lowest id on a tie)
+//!   after a fixed 16-token prompt on each case's device and on ggml's CPU backend alone (in a
+//!   child process that loads no library and no `GGML_BACKEND_PATH`, the model with no device,
+//!   every hardware thread; once per model and flash setting), and compares them: a case whose
+//!   tokens differ from the CPU's fails, naming the first that differs and the two logits'
+//!   margins there (a near tie of the CPU's reads as a margin close to 0). Each case also
+//!   reports the largest normalized squared error (NMSE) of its logits against the CPU's over
+//!   the steps both fed the same tokens.
+//!
+//! `bench_model greedy-cpu --model FILE --flash on|off --greedy N [--threads N] [--logits FILE]`
+//!   prints that reference: the greedy tokens and each step's margin (best logit minus the
+//!   second), as JSON, and writes each step's logits to FILE (f32, native order).
 //!
 //! Exits non-zero when any case fails or none ran.
 
@@ -42,6 +54,7 @@ fn main() {
     let result = match args.first().map(String::as_str) {
         Some("gen") => gen(&args[1..]),
         Some("run") => run(&args[1..]),
+        Some("greedy-cpu") => greedy_cpu_main(&args[1..]),
         _ => Err("usage: bench_model gen ... | bench_model run ... (see the file's doc comment)".into()),
     };
     if let Err(e) = result {
@@ -165,6 +178,7 @@ struct RunArgs {
     no_mmap: bool,
     loads: Vec<PathBuf>,
     json: bool,
+    greedy: usize,
 }
 
 fn parse_run(args: &[String]) -> Result<RunArgs, String> {
@@ -182,6 +196,7 @@ fn parse_run(args: &[String]) -> Result<RunArgs, String> {
         no_mmap: false,
         loads: Vec::new(),
         json: false,
+        greedy: 0,
     };
     for (f, v) in flags(args, &["--json", "--no-mmap"])? {
         match f.as_str() {
@@ -209,6 +224,7 @@ fn parse_run(args: &[String]) -> Result<RunArgs, String> {
                 a.overrides.push((re.to_string(), buft.to_string()));
             }
             "--load" => a.loads.push(PathBuf::from(v)),
+            "--greedy" => a.greedy = num(&f, &v)?,
             "--json" => a.json = true,
             "--no-mmap" => a.no_mmap = true,
             _ => return Err(format!("run: unknown flag {f}")),
@@ -238,6 +254,42 @@ struct Case {
     pp_tok_s: Vec<f64>,
     tg_tok_s: Vec<f64>,
     error: Option<String>,
+    /// With `--greedy`: the device's greedy tokens and the CPU backend's.
+    greedy: Option<(Greedy, Greedy)>,
+}
+
+/// Greedy tokens and, per token, its logit's lead over the next best, and every step's logits
+/// (one vocabulary-long row each).
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Greedy {
+    tokens: Vec<i32>,
+    margins: Vec<f32>,
+    logits: Vec<f32>,
+}
+
+/// The largest NMSE of `dev`'s logits against `cpu`'s over the steps fed the same tokens (up
+/// to and including the first whose argmax differs).
+fn logits_nmse(dev: &Greedy, cpu: &Greedy) -> Option<f64> {
+    let steps = dev.tokens.len().min(cpu.tokens.len());
+    if steps == 0 || dev.logits.len() != cpu.logits.len() || !cpu.logits.len().is_multiple_of(cpu.tokens.len()) {
+        return None;
+    }
+    let row = cpu.logits.len() / cpu.tokens.len();
+    let same = first_difference(&dev.tokens, &cpu.tokens).map_or(steps, |i| (i + 1).min(steps));
+    (0..same)
+        .map(|i| {
+            let (a, b) = (&dev.logits[i * row..(i + 1) * row], &cpu.logits[i * row..(i + 1) * row]);
+            let err: f64 = a.iter().zip(b).map(|(&x, &y)| (x as f64 - y as f64).powi(2)).sum();
+            let norm: f64 = b.iter().map(|&y| (y as f64).powi(2)).sum();
+            err / norm.max(f64::MIN_POSITIVE)
+        })
+        .reduce(f64::max)
+}
+
+/// Where two greedy token lists first differ (a shorter list differs where it ends).
+fn first_difference(a: &[i32], b: &[i32]) -> Option<usize> {
+    let n = a.len().min(b.len());
+    (0..n).find(|&i| a[i] != b[i]).or((a.len() != b.len()).then_some(n))
 }
 
 fn run(args: &[String]) -> Result<(), String> {
@@ -255,6 +307,8 @@ fn run(args: &[String]) -> Result<(), String> {
         sys::llama_backend_init();
     }
     let mut cases = Vec::new();
+    // The CPU backend's greedy tokens per model and flash setting, made when first needed.
+    let mut reference: Vec<(PathBuf, Flash, Result<Greedy, String>)> = Vec::new();
     for model in &a.models {
         for dev_name in &a.devices {
             let dn = CString::new(dev_name.as_str()).map_err(|e| e.to_string())?;
@@ -279,11 +333,50 @@ fn run(args: &[String]) -> Result<(), String> {
                     pp_tok_s,
                     tg_tok_s,
                     error,
+                    greedy: None,
                 };
                 match bench_one(model, dev, flash, &a) {
-                    Ok(per_depth) => {
+                    Ok((per_depth, tokens)) => {
+                        // Greedy tokens go with the first depth's case.
+                        let mut greedy = match tokens {
+                            Some(t) => {
+                                if !reference.iter().any(|(m, f, _)| m == model && *f == flash) {
+                                    eprintln!("bench_model: greedy tokens of {model_name} on ggml's CPU backend");
+                                    let r = greedy_on_cpu(model, flash, &a);
+                                    reference.push((model.clone(), flash, r));
+                                }
+                                let (_, _, r) = reference
+                                    .iter()
+                                    .find(|(m, f, _)| m == model && *f == flash)
+                                    .expect("pushed above");
+                                Some(r.clone().map(|cpu| (t, cpu)))
+                            }
+                            None => None,
+                        };
                         for (depth, pp, tg) in per_depth {
-                            cases.push(case(depth, pp, tg, None));
+                            let mut c = case(depth, pp, tg, None);
+                            match greedy.take() {
+                                Some(Ok((t, cpu))) => {
+                                    if let Some(i) = first_difference(&t.tokens, &cpu.tokens) {
+                                        let at = |g: &Greedy| match (g.tokens.get(i), g.margins.get(i)) {
+                                            (Some(x), Some(m)) => format!("{x} (margin {m:.3e})"),
+                                            _ => "none".to_string(),
+                                        };
+                                        c.error = Some(format!(
+                                            "greedy token {i} is {}, ggml's CPU backend's {}; logits NMSE up to there {:.1e} (tokens {:?} against {:?})",
+                                            at(&t),
+                                            at(&cpu),
+                                            logits_nmse(&t, &cpu).unwrap_or(f64::NAN),
+                                            t.tokens,
+                                            cpu.tokens
+                                        ));
+                                    }
+                                    c.greedy = Some((t, cpu));
+                                }
+                                Some(Err(e)) => c.error = Some(format!("greedy tokens on ggml's CPU backend: {e}")),
+                                None => {}
+                            }
+                            cases.push(c);
                             print_case(&cases[cases.len() - 1], &a);
                         }
                     }
@@ -334,8 +427,16 @@ fn print_case(c: &Case, a: &RunArgs) {
                 let (m, lo, hi) = stats(v);
                 format!("  {what}{n} {m:9.1} tok/s ({lo:.1}-{hi:.1})")
             };
+            let greedy = match &c.greedy {
+                Some((t, cpu)) => format!(
+                    "  greedy{}: equal to CPU (logits NMSE {:.1e})",
+                    t.tokens.len(),
+                    logits_nmse(t, cpu).unwrap_or(f64::NAN)
+                ),
+                None => String::new(),
+            };
             eprintln!(
-                "{head}{}{}",
+                "{head}{}{}{greedy}",
                 show(a.pp, &c.pp_tok_s, "pp"),
                 show(a.tg, &c.tg_tok_s, "tg")
             );
@@ -359,6 +460,11 @@ fn json(cases: &[Case], a: &RunArgs) -> String {
                 "tg_tok_s_median": med(&c.tg_tok_s),
                 "pp_tok_s": c.pp_tok_s,
                 "tg_tok_s": c.tg_tok_s,
+                "greedy_tokens": c.greedy.as_ref().map(|g| &g.0.tokens),
+                "greedy_tokens_cpu": c.greedy.as_ref().map(|g| &g.1.tokens),
+                "greedy_margins_cpu": c.greedy.as_ref().map(|g| &g.1.margins),
+                "greedy_equal_cpu": c.greedy.as_ref().map(|(t, cpu)| first_difference(&t.tokens, &cpu.tokens).is_none()),
+                "greedy_logits_nmse_max": c.greedy.as_ref().and_then(|(t, cpu)| logits_nmse(t, cpu)),
                 "error": c.error,
             })
         })
@@ -369,6 +475,7 @@ fn json(cases: &[Case], a: &RunArgs) -> String {
         "no_mmap": a.no_mmap,
         "overrides": a.overrides.iter().map(|(re, b)| format!("{re}={b}")).collect::<Vec<_>>(),
         "reps": a.reps,
+        "greedy": a.greedy,
         "cases": rows,
     }))
     .unwrap_or_default()
@@ -407,19 +514,21 @@ fn buffer_type(name: &str) -> Result<sys::ggml_backend_buffer_type_t, String> {
 
 type DepthResult = (usize, Vec<f64>, Vec<f64>);
 
-/// Loads `model` on `dev`, and per depth: a warm-up then `reps` timed passes.
+/// Loads `model` on `dev`, and per depth: a warm-up then `reps` timed passes; then, with
+/// `--greedy`, the greedy tokens.
 fn bench_one(
     model: &Path,
     dev: sys::ggml_backend_dev_t,
     flash: Flash,
     a: &RunArgs,
-) -> Result<Vec<DepthResult>, String> {
+) -> Result<(Vec<DepthResult>, Option<Greedy>), String> {
     let path = CString::new(model.to_str().ok_or("non-UTF-8 model path")?).map_err(|e| e.to_string())?;
     let max_depth = a.depths.iter().copied().max().unwrap_or(0);
     // SAFETY: libllama calls with parameters from its own default constructors; the device
     // list is NULL-terminated and outlives the load; every object made here is freed here.
     unsafe {
         let mut mp = sys::llama_model_default_params();
+        // A null device: no device at all (ggml's CPU backend alone, the greedy reference).
         let mut devs: [sys::ggml_backend_dev_t; 2] = [dev, std::ptr::null_mut()];
         mp.devices = devs.as_mut_ptr();
         mp.n_gpu_layers = a.ngl;
@@ -451,7 +560,7 @@ fn bench_one(
             return Err(format!("libllama could not load {}", model.display()));
         }
         let mut cp = sys::llama_context_default_params();
-        cp.n_ctx = (max_depth + a.pp + a.tg + 256) as u32;
+        cp.n_ctx = (max_depth + a.pp + a.tg + a.greedy.max(GREEDY_PROMPT) + 256) as u32;
         cp.n_batch = 512;
         cp.n_ubatch = 512;
         cp.n_threads = a.threads as i32;
@@ -474,6 +583,9 @@ fn bench_one(
         let result = (|| {
             let mut out = Vec::new();
             for &depth in &a.depths {
+                if a.reps == 0 {
+                    break;
+                }
                 let (mut pp, mut tg) = (Vec::new(), Vec::new());
                 for rep in 0..=a.reps {
                     let (p, t) = pass(ctx, n_vocab, depth, a.pp, a.tg)?;
@@ -485,7 +597,12 @@ fn bench_one(
                 }
                 out.push((depth, pp, tg));
             }
-            Ok(out)
+            let tokens = if a.greedy > 0 {
+                Some(greedy(ctx, n_vocab, a.greedy)?)
+            } else {
+                None
+            };
+            Ok((out, tokens))
         })();
         sys::llama_free(ctx);
         drop(pool);
@@ -546,6 +663,165 @@ impl Drop for CpuThreadPool {
     }
 }
 
+/// Prompt tokens ahead of the greedy generation.
+const GREEDY_PROMPT: usize = 16;
+
+/// `model`'s greedy tokens on ggml's CPU backend alone: `bench_model greedy-cpu` in a child
+/// process that loads no library (a plugin in this process may add devices to every context,
+/// as llama.cpp adds every accelerator) and sees no `GGML_BACKEND_PATH`.
+fn greedy_on_cpu(model: &Path, flash: Flash, a: &RunArgs) -> Result<Greedy, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?;
+    let threads = std::thread::available_parallelism().map_or(a.threads, |n| n.get().max(a.threads));
+    let logits = std::env::temp_dir().join(format!("bench_model-greedy-{}.f32", std::process::id()));
+    let out = std::process::Command::new(exe)
+        .arg("greedy-cpu")
+        .arg("--model")
+        .arg(model)
+        .arg("--logits")
+        .arg(&logits)
+        .args(["--flash", if flash == Flash::On { "on" } else { "off" }])
+        .args(["--greedy", &a.greedy.to_string(), "--threads", &threads.to_string()])
+        .env_remove("GGML_BACKEND_PATH")
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("starting bench_model greedy-cpu: {e}"))?;
+    let bytes = std::fs::read(&logits);
+    let _ = std::fs::remove_file(&logits);
+    if !out.status.success() {
+        return Err(format!("bench_model greedy-cpu failed ({})", out.status));
+    }
+    let bytes = bytes.map_err(|e| format!("reading {}: {e}", logits.display()))?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("greedy-cpu's output: {e}"))?;
+    let list = |k: &str| {
+        v[k].as_array()
+            .cloned()
+            .ok_or(format!("greedy-cpu's output has no {k}"))
+    };
+    let g = Greedy {
+        tokens: list("tokens")?
+            .iter()
+            .filter_map(|x| x.as_i64())
+            .map(|x| x as i32)
+            .collect(),
+        margins: list("margins")?
+            .iter()
+            .filter_map(|x| x.as_f64())
+            .map(|x| x as f32)
+            .collect(),
+        logits: bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+    };
+    if g.tokens.len() != a.greedy || g.margins.len() != a.greedy {
+        return Err(format!("greedy-cpu gave {} tokens, not {}", g.tokens.len(), a.greedy));
+    }
+    Ok(g)
+}
+
+/// `bench_model greedy-cpu`: [`greedy`] on ggml's CPU backend alone, as JSON on stdout.
+fn greedy_cpu_main(args: &[String]) -> Result<(), String> {
+    let (mut model, mut flash, mut n, mut threads, mut logits) = (None, Flash::On, 0, 4, None);
+    for (f, v) in flags(args, &[])? {
+        match f.as_str() {
+            "--model" => model = Some(PathBuf::from(v)),
+            "--flash" => {
+                flash = match v.as_str() {
+                    "on" => Flash::On,
+                    "off" => Flash::Off,
+                    _ => return Err(format!("--flash {v}: on or off")),
+                }
+            }
+            "--greedy" => n = num(&f, &v)?,
+            "--threads" => threads = num(&f, &v)?,
+            "--logits" => logits = Some(PathBuf::from(v)),
+            _ => return Err(format!("greedy-cpu: unknown flag {f}")),
+        }
+    }
+    let model = model.ok_or("greedy-cpu needs --model")?;
+    if n == 0 || threads == 0 {
+        return Err("greedy-cpu needs a positive --greedy and --threads".into());
+    }
+    let a = RunArgs {
+        models: Vec::new(),
+        devices: Vec::new(),
+        flash: vec![flash],
+        pp: 0,
+        tg: 0,
+        depths: vec![0],
+        reps: 0,
+        threads,
+        ngl: 0,
+        overrides: Vec::new(),
+        no_mmap: false,
+        loads: Vec::new(),
+        json: false,
+        greedy: n,
+    };
+    // SAFETY: ggml's registry of its own backends, then libllama's global init.
+    unsafe {
+        sys::ggml_backend_load_all();
+        sys::llama_backend_init();
+    }
+    let (_, g) = bench_one(&model, std::ptr::null_mut(), flash, &a)?;
+    let g = g.ok_or("no greedy tokens")?;
+    if let Some(path) = logits {
+        let bytes: Vec<u8> = g.logits.iter().flat_map(|x| x.to_ne_bytes()).collect();
+        std::fs::write(&path, bytes).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    println!("{}", serde_json::json!({ "tokens": g.tokens, "margins": g.margins }));
+    Ok(())
+}
+
+/// On a cleared context: a fixed prompt of [`GREEDY_PROMPT`] tokens, then `n` tokens each the
+/// argmax of the last logits (the lowest id among equal ones), fed back one at a time.
+///
+/// # Safety
+/// `ctx` is a live context whose window holds `GREEDY_PROMPT + n` tokens.
+unsafe fn greedy(ctx: *mut sys::llama_context, n_vocab: i32, n: usize) -> Result<Greedy, String> {
+    sys::llama_memory_clear(sys::llama_get_memory(ctx), true);
+    let mut prompt: Vec<i32> = (0..GREEDY_PROMPT)
+        .map(|i| ((i as u64 * 2_654_435_761) % n_vocab as u64) as i32)
+        .collect();
+    let decode = |toks: &mut [i32]| -> Result<(), String> {
+        if sys::llama_decode(ctx, sys::llama_batch_get_one(toks.as_mut_ptr(), toks.len() as i32)) != 0 {
+            return Err(format!("llama_decode of {} tokens failed", toks.len()));
+        }
+        Ok(())
+    };
+    decode(&mut prompt)?;
+    let mut out = Greedy::default();
+    for _ in 0..n {
+        let logits = sys::llama_get_logits_ith(ctx, -1);
+        if logits.is_null() {
+            return Err("libllama returned no logits".into());
+        }
+        let row = std::slice::from_raw_parts(logits, n_vocab as usize);
+        let mut best = 0usize;
+        for (i, &x) in row.iter().enumerate() {
+            if x.is_nan() {
+                return Err(format!("logit {i} of token {} is NaN", out.tokens.len()));
+            }
+            if x > row[best] {
+                best = i;
+            }
+        }
+        let second = row
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != best)
+            .map(|(_, &x)| x)
+            .fold(f32::NEG_INFINITY, f32::max);
+        out.tokens.push(best as i32);
+        out.margins.push(row[best] - second);
+        out.logits.extend_from_slice(row);
+        let mut one = [best as i32];
+        decode(&mut one)?;
+    }
+    sys::llama_synchronize(ctx);
+    Ok(out)
+}
+
 /// One pass on a cleared context: `depth` tokens untimed, then the timed prompt and generation.
 ///
 /// # Safety
@@ -590,4 +866,37 @@ unsafe fn pass(
         tg_rate = Some(tg as f64 / t0.elapsed().as_secs_f64());
     }
     Ok((pp_rate, tg_rate))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn greedy_lists_differ_where_a_token_or_the_length_does() {
+        assert_eq!(first_difference(&[1, 2, 3], &[1, 2, 3]), None);
+        assert_eq!(first_difference(&[1, 5, 3], &[1, 2, 3]), Some(1));
+        assert_eq!(first_difference(&[1, 2], &[1, 2, 3]), Some(2));
+        assert_eq!(first_difference(&[], &[]), None);
+    }
+
+    #[test]
+    fn logits_are_compared_up_to_the_first_differing_token() {
+        let cpu = Greedy {
+            tokens: vec![0, 1, 1],
+            margins: vec![1.0; 3],
+            logits: vec![2.0, 1.0, 1.0, 2.0, 1.0, 2.0],
+        };
+        let mut dev = cpu.clone();
+        assert_eq!(logits_nmse(&dev, &cpu), Some(0.0));
+        // Step 1's logits differ by 0.1 in one entry of norm^2 5: NMSE 0.002; step 2 (after
+        // the differing token) is not compared however far off it is.
+        dev.tokens = vec![0, 0, 7];
+        dev.logits = vec![2.0, 1.0, 1.1, 2.0, 100.0, -100.0];
+        let e = logits_nmse(&dev, &cpu).unwrap();
+        assert!((e - 0.01 / 5.0).abs() < 1e-6, "{e}");
+        // Rows of another length cannot be compared.
+        dev.logits.pop();
+        assert_eq!(logits_nmse(&dev, &cpu), None);
+    }
 }
