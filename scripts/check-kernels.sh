@@ -62,6 +62,10 @@ check_nvidia() {
     (cd "$root" && TANDEM_NVRTC="$lib" TANDEM_REQUIRE_NVRTC=1 \
         cargo test --quiet -p tandem-backend --lib gpu::check::tests::gemv_compiles_with_weights_evict_first \
         -- --exact --nocapture) || return 1
+    # Each unit of the families the runtime compiles in units (gemv: one a weight type).
+    (cd "$root" && TANDEM_NVRTC="$lib" TANDEM_REQUIRE_NVRTC=1 TANDEM_CHECK_NVIDIA_ARCH="$nvidia_arch" \
+        cargo test --quiet -p tandem-backend --lib gpu::check::tests::kernel_units_compile_with_nvrtc \
+        -- --exact --nocapture) || return 1
     # The SASS of the kernels that prefetch weights ahead of their wait for the kernel ahead:
     # nvdisasm from its PyPI wheel, required here.
     local dis

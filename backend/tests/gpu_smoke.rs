@@ -242,7 +242,7 @@ fn run_device(b: &GpuBackend, ordinal: usize) -> TestResult {
             Arc::new(KernelCache::new(Some(dir.clone()))),
         );
         let t0 = Instant::now();
-        k.module("elementwise").map_err(err)?;
+        k.module("elementwise", None).map_err(err)?;
         let rec = &k.records()[0];
         eprintln!(
             "  jit  elementwise {label}: {:.1} ms ({:?}, {} bytes)",

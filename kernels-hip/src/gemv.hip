@@ -32,6 +32,14 @@
 // layers) one GEMV's first loads overlap the last blocks of the kernel ahead; MUL_MAT_ID waits
 // first, as the expert ids come from the kernels ahead.
 #include "tandem_hip.h"
+
+// Compile units: the runtime builds this family one weight type at a time (-DTANDEM_UNIT=1
+// -DTANDEM_UNIT_<TYPE>=1 defines that type's GEMV and MUL_MAT_ID entries only; the activation
+// quantizers are TANDEM_UNIT_COMMON), so a model pays ptxas for the types it holds; without
+// TANDEM_UNIT every entry is defined. The units are listed in kernels-hip/src/fam/matmul.rs.
+#if !defined(TANDEM_UNIT)
+#define TANDEM_UNIT_ALL 1
+#endif
 #include "tandem_quant.h"
 
 // Most threads of a GEMV block (mirrors GEMV_THREADS in backend/src/gpu/ops/matmul_launch.rs);
@@ -1790,6 +1798,7 @@ TANDEM_DEVICE void tandem_mmid_segu(const char* w, const char* src1, const char*
 // over k in 1024s, y over columns. k is a multiple of 32, so a group's threads are all inside k
 // or all past it.
 #define TANDEM_Q8_VALUES 4
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_COMMON
 extern "C" __global__ void __launch_bounds__(256)
 tandem_quantize_q8_1(const char* src, i8* aq, float2* ads, tandem_q8_shape s) {
     const i64 i = TANDEM_Q8_VALUES * ((i64)blockIdx.x * blockDim.x + threadIdx.x);
@@ -1845,6 +1854,7 @@ tandem_q8_round_f32(const char* src, float* out, tandem_q8_shape s) {
         }
     }
 }
+#endif  // TANDEM_UNIT_COMMON
 
 #define TANDEM_MV_ARGS_Q const char *w, const char *src1, const char *aq, const char *ads, char *dst, tandem_mm_shape s
 #define TANDEM_MV_ARGS_F const char *w, const char *src1, char *dst, tandem_mm_shape s
@@ -1859,61 +1869,89 @@ tandem_q8_round_f32(const char* src, float* out, tandem_q8_shape s) {
 // segments, units of rows taken in turn across the grid (tandem_gemv_segu); _n1: as _u1 with one
 // stage slot a wave, for grids of at most one step a wave, three blocks to an SM.
 #define TANDEM_MV_KERNEL_N1 extern "C" __global__ void __launch_bounds__(TANDEM_MV_THREADS, 3)
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_F32
 TANDEM_MV_KERNEL tandem_gemv_f32_c1(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_f32, 1, TANDEM_MV_FLOAT_ROWS>(w, src1, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_f32_c8(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_f32, 8, 1>(w, src1, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_f32(TANDEM_MMID_ARGS_F) { tandem_mmid_float<tandem_mv_f32>(w, src1, ids, dst, s); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_F16
 TANDEM_MV_KERNEL tandem_gemv_f16_c1(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_f16, 1, TANDEM_MV_FLOAT_ROWS>(w, src1, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_f16_c8(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_f16, 8, 1>(w, src1, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_f16(TANDEM_MMID_ARGS_F) { tandem_mmid_float<tandem_mv_f16>(w, src1, ids, dst, s); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_BF16
 TANDEM_MV_KERNEL tandem_gemv_bf16_c1(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_bf16, 1, TANDEM_MV_FLOAT_ROWS>(w, src1, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_bf16_c8(TANDEM_MV_ARGS_F) { tandem_gemv_float<tandem_mv_bf16, 8, 1>(w, src1, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_bf16(TANDEM_MMID_ARGS_F) { tandem_mmid_float<tandem_mv_bf16>(w, src1, ids, dst, s); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q4_0
 TANDEM_MV_KERNEL tandem_gemv_q4_0_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_0, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_0_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_0, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_0_s1(TANDEM_MV_ARGS_S) { tandem_gemv_seg<tandem_seg_q4_0>(w, src1, gb, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_0_u1(TANDEM_MV_ARGS_S) { tandem_gemv_segu<tandem_seg_q4_0, 2>(w, src1, gb, dst, s); }
 TANDEM_MV_KERNEL_N1 tandem_gemv_q4_0_n1(TANDEM_MV_ARGS_S) { tandem_gemv_segu<tandem_seg_q4_0, 1, 1>(w, src1, gb, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_q4_0(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q4_0>(w, src1, aq, ads, ids, dst, s); }
+TANDEM_MV_KERNEL tandem_mmid_q4_0_u1(TANDEM_MMID_ARGS_F) { tandem_mmid_segu<tandem_seg_q4_0, 2>(w, src1, ids, dst, s); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q4_1
 TANDEM_MV_KERNEL tandem_gemv_q4_1_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_1, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_1_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_1, 8>(w, src1, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_q4_1(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q4_1>(w, src1, aq, ads, ids, dst, s); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q5_0
 TANDEM_MV_KERNEL tandem_gemv_q5_0_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_0, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q5_0_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_0, 8>(w, src1, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_q5_0(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q5_0>(w, src1, aq, ads, ids, dst, s); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q5_1
 TANDEM_MV_KERNEL tandem_gemv_q5_1_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_1, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q5_1_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_1, 8>(w, src1, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_q5_1(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q5_1>(w, src1, aq, ads, ids, dst, s); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q8_0
 TANDEM_MV_KERNEL tandem_gemv_q8_0_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q8_0, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q8_0_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q8_0, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q8_0_u1(TANDEM_MV_ARGS_S) { tandem_gemv_segu<tandem_seg_q8_0, 3>(w, src1, gb, dst, s); }
 TANDEM_MV_KERNEL_N1 tandem_gemv_q8_0_n1(TANDEM_MV_ARGS_S) { tandem_gemv_segu<tandem_seg_q8_0, 1, 1>(w, src1, gb, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_q8_0(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q8_0>(w, src1, aq, ads, ids, dst, s); }
+TANDEM_MV_KERNEL tandem_mmid_q8_0_u1(TANDEM_MMID_ARGS_F) { tandem_mmid_segu<tandem_seg_q8_0, 3>(w, src1, ids, dst, s); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q2_K
 TANDEM_MV_KERNEL tandem_gemv_q2_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q2_K, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q2_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q2_K, 8>(w, src1, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_q2_K(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q2_K>(w, src1, aq, ads, ids, dst, s); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q3_K
 TANDEM_MV_KERNEL tandem_gemv_q3_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q3_K, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q3_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q3_K, 8>(w, src1, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_q3_K(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q3_K>(w, src1, aq, ads, ids, dst, s); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q4_K
 TANDEM_MV_KERNEL tandem_gemv_q4_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_K, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q4_K, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_K_s1(TANDEM_MV_ARGS_S) { tandem_gemv_seg<tandem_seg_q4_K>(w, src1, gb, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q4_K_u1(TANDEM_MV_ARGS_S) { tandem_gemv_segu<tandem_seg_q4_K, 2>(w, src1, gb, dst, s); }
 TANDEM_MV_KERNEL_N1 tandem_gemv_q4_K_n1(TANDEM_MV_ARGS_S) { tandem_gemv_segu<tandem_seg_q4_K, 1, 1>(w, src1, gb, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_q4_K(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q4_K>(w, src1, aq, ads, ids, dst, s); }
+TANDEM_MV_KERNEL tandem_mmid_q4_K_u1(TANDEM_MMID_ARGS_F) { tandem_mmid_segu<tandem_seg_q4_K, 2>(w, src1, ids, dst, s); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q5_K
 TANDEM_MV_KERNEL tandem_gemv_q5_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_K, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q5_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q5_K, 8>(w, src1, aq, ads, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_q5_K(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q5_K>(w, src1, aq, ads, ids, dst, s); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q6_K
 TANDEM_MV_KERNEL tandem_gemv_q6_K_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q6_K, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q6_K_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_q6_K, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_q6_K_u1(TANDEM_MV_ARGS_S) { tandem_gemv_segu<tandem_seg_q6_K, 2>(w, src1, gb, dst, s); }
 TANDEM_MV_KERNEL_N1 tandem_gemv_q6_K_n1(TANDEM_MV_ARGS_S) { tandem_gemv_segu<tandem_seg_q6_K, 1, 1>(w, src1, gb, dst, s); }
+TANDEM_MV_KERNEL tandem_mul_mat_id_q6_K(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q6_K>(w, src1, aq, ads, ids, dst, s); }
+TANDEM_MV_KERNEL tandem_mmid_q6_K_u1(TANDEM_MMID_ARGS_F) { tandem_mmid_segu<tandem_seg_q6_K, 2>(w, src1, ids, dst, s); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_IQ4_NL
 TANDEM_MV_KERNEL tandem_gemv_iq4_nl_c1(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_iq4_nl, 1>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_iq4_nl_c8(TANDEM_MV_ARGS_Q) { tandem_gemv_quant<tandem_mv_iq4_nl, 8>(w, src1, aq, ads, dst, s); }
 TANDEM_MV_KERNEL tandem_gemv_iq4_nl_s1(TANDEM_MV_ARGS_S) { tandem_gemv_seg<tandem_seg_iq4_nl>(w, src1, gb, dst, s); }
-
-TANDEM_MV_KERNEL tandem_mul_mat_id_f32(TANDEM_MMID_ARGS_F) { tandem_mmid_float<tandem_mv_f32>(w, src1, ids, dst, s); }
-TANDEM_MV_KERNEL tandem_mul_mat_id_f16(TANDEM_MMID_ARGS_F) { tandem_mmid_float<tandem_mv_f16>(w, src1, ids, dst, s); }
-TANDEM_MV_KERNEL tandem_mul_mat_id_bf16(TANDEM_MMID_ARGS_F) { tandem_mmid_float<tandem_mv_bf16>(w, src1, ids, dst, s); }
-TANDEM_MV_KERNEL tandem_mul_mat_id_q4_0(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q4_0>(w, src1, aq, ads, ids, dst, s); }
-TANDEM_MV_KERNEL tandem_mul_mat_id_q4_1(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q4_1>(w, src1, aq, ads, ids, dst, s); }
-TANDEM_MV_KERNEL tandem_mul_mat_id_q5_0(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q5_0>(w, src1, aq, ads, ids, dst, s); }
-TANDEM_MV_KERNEL tandem_mul_mat_id_q5_1(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q5_1>(w, src1, aq, ads, ids, dst, s); }
-TANDEM_MV_KERNEL tandem_mul_mat_id_q8_0(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q8_0>(w, src1, aq, ads, ids, dst, s); }
-TANDEM_MV_KERNEL tandem_mul_mat_id_q2_K(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q2_K>(w, src1, aq, ads, ids, dst, s); }
-TANDEM_MV_KERNEL tandem_mul_mat_id_q3_K(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q3_K>(w, src1, aq, ads, ids, dst, s); }
-TANDEM_MV_KERNEL tandem_mul_mat_id_q4_K(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q4_K>(w, src1, aq, ads, ids, dst, s); }
-TANDEM_MV_KERNEL tandem_mul_mat_id_q5_K(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q5_K>(w, src1, aq, ads, ids, dst, s); }
-TANDEM_MV_KERNEL tandem_mul_mat_id_q6_K(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_q6_K>(w, src1, aq, ads, ids, dst, s); }
 TANDEM_MV_KERNEL tandem_mul_mat_id_iq4_nl(TANDEM_MMID_ARGS_Q) { tandem_mmid_quant<tandem_mv_iq4_nl>(w, src1, aq, ads, ids, dst, s); }
-TANDEM_MV_KERNEL tandem_mmid_q4_0_u1(TANDEM_MMID_ARGS_F) { tandem_mmid_segu<tandem_seg_q4_0, 2>(w, src1, ids, dst, s); }
-TANDEM_MV_KERNEL tandem_mmid_q8_0_u1(TANDEM_MMID_ARGS_F) { tandem_mmid_segu<tandem_seg_q8_0, 3>(w, src1, ids, dst, s); }
-TANDEM_MV_KERNEL tandem_mmid_q4_K_u1(TANDEM_MMID_ARGS_F) { tandem_mmid_segu<tandem_seg_q4_K, 2>(w, src1, ids, dst, s); }
-TANDEM_MV_KERNEL tandem_mmid_q6_K_u1(TANDEM_MMID_ARGS_F) { tandem_mmid_segu<tandem_seg_q6_K, 2>(w, src1, ids, dst, s); }
+#endif
+

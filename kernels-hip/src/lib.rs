@@ -27,7 +27,32 @@ pub struct KernelSource {
     pub options: &'static [&'static str],
 }
 
+/// A part of a family compiled on its own: its source with `-DTANDEM_UNIT=1 -D<define>=1`
+/// holds `entries` only, so a model that needs one weight type's kernels compiles those alone
+/// (the whole `gemv` family takes over a minute of ptxas; its q4_0 part a tenth of that).
+#[derive(Clone, Copy, Debug)]
+pub struct KernelUnit {
+    /// Short name, e.g. `q4_0`; the program is named `<family>.<name>`.
+    pub name: &'static str,
+    /// The macro the family's source tests for this unit's entries.
+    pub define: &'static str,
+    pub entries: &'static [&'static str],
+}
+
 mod fam;
+
+/// The units `family` compiles in at run time; empty where it compiles whole.
+pub fn units_of(family: &str) -> &'static [KernelUnit] {
+    match family {
+        "gemv" => fam::GEMV_UNITS,
+        _ => &[],
+    }
+}
+
+/// The unit of `family` that defines `entry`, if the family compiles in units.
+pub fn unit_of(family: &str, entry: &str) -> Option<&'static KernelUnit> {
+    units_of(family).iter().find(|u| u.entries.contains(&entry))
+}
 
 /// Every kernel source tandem ships, in a fixed order (one entry per `*.hip` family).
 pub fn catalog() -> &'static [KernelSource] {
@@ -60,5 +85,35 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), n, "entry names must be unique across families");
         assert!(find("elementwise").is_some() && find("nope").is_none());
+    }
+
+    /// A family in units has each entry in exactly one unit, and its source tests every
+    /// unit's macro and the whole-family default.
+    #[test]
+    fn every_entry_of_a_family_in_units_is_in_exactly_one() {
+        for k in catalog() {
+            let units = units_of(k.family);
+            if units.is_empty() {
+                continue;
+            }
+            for e in k.entries {
+                let n = units.iter().filter(|u| u.entries.contains(e)).count();
+                assert_eq!(n, 1, "{} is in {n} units of {}", e, k.family);
+                assert!(unit_of(k.family, e).is_some());
+            }
+            for u in units {
+                assert!(u.entries.iter().all(|e| k.entries.contains(e)), "unit {}", u.name);
+                assert!(
+                    k.source.contains(&format!("|| {}", u.define)),
+                    "{} lacks {}",
+                    k.file,
+                    u.define
+                );
+            }
+            assert!(k.source.contains("TANDEM_UNIT_ALL"), "{}", k.file);
+        }
+        assert!(unit_of("gemv", "tandem_gemv_q4_0_u1").is_some_and(|u| u.name == "q4_0"));
+        assert!(unit_of("gemv", "tandem_quantize_q8_1").is_some_and(|u| u.name == "common"));
+        assert!(unit_of("gemv", "nope").is_none() && unit_of("norm", "tandem_rms_norm_f32").is_none());
     }
 }

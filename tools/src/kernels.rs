@@ -13,7 +13,13 @@ pub fn kernels(build: bool, device: Option<&str>) -> Result<bool, String> {
     let catalog = tandem_backend::gpu::catalog();
     println!("kernel families: {}", catalog.len());
     for k in catalog {
-        println!("  {:<14} {:<18} {} entries", k.family, k.file, k.entries.len());
+        let units = tandem_backend::gpu::units_of(k.family);
+        let parts = if units.is_empty() {
+            String::new()
+        } else {
+            format!(", compiled in {} units", units.len())
+        };
+        println!("  {:<14} {:<18} {} entries{parts}", k.family, k.file, k.entries.len());
     }
     if !build {
         return Ok(true);
@@ -58,8 +64,12 @@ pub fn kernels(build: bool, device: Option<&str>) -> Result<bool, String> {
         if skip_wmma {
             println!("  wmma: left out (AMD matrix tiles; on NVIDIA only with TANDEM_WMMA_EMULATE)");
         }
-        let catalog: Vec<_> = catalog.iter().filter(|k| !(skip_wmma && k.family == "wmma")).collect();
-        let mut progress = Progress::new("kernels --build", "families", catalog.len());
+        // Every module: a family whole, or each unit of one compiled in units.
+        let catalog: Vec<_> = tandem_backend::gpu::modules_of_catalog()
+            .into_iter()
+            .filter(|(k, _)| !(skip_wmma && k.family == "wmma"))
+            .collect();
+        let mut progress = Progress::new("kernels --build", "modules", catalog.len());
         let workers = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1)
@@ -73,9 +83,10 @@ pub fn kernels(build: bool, device: Option<&str>) -> Result<bool, String> {
                 let (next, catalog) = (&next, &catalog);
                 s.spawn(move || loop {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some(k) = catalog.get(i) else { break };
-                    let r = g.kernels().module(k.family).map(|_| ());
-                    if tx.send((k.family, r)).is_err() {
+                    let Some(&(k, unit)) = catalog.get(i) else { break };
+                    let r = g.kernels().module(k.family, unit).map(|_| ());
+                    let name = tandem_backend::gpu::program_name(k.family, unit);
+                    if tx.send((name, r)).is_err() {
                         break;
                     }
                 });
@@ -86,14 +97,14 @@ pub fn kernels(build: bool, device: Option<&str>) -> Result<bool, String> {
                     ok = false;
                     progress.println(&format!("  {family:<14} FAIL: {e}"));
                 }
-                progress.step(family);
+                progress.step(&family);
             }
         });
         progress.finish();
         for r in g.kernels().records() {
             println!(
                 "  {:<14} {:<8} {:>9.1} ms {:>9} bytes",
-                r.family,
+                r.unit.map_or(r.family.to_string(), |u| format!("{}.{u}", r.family)),
                 format!("{:?}", r.origin).to_lowercase(),
                 r.time.as_secs_f64() * 1e3,
                 r.bytes

@@ -112,6 +112,59 @@ mod tests {
         assert_eq!(failed, 0, "{failed} kernel famil(ies) failed to compile for {arch}");
     }
 
+    /// Each unit of a family compiled in units builds on its own with its entries, and without
+    /// those of the other units (the runtime loads a unit for an entry: `Kernels::function`).
+    #[test]
+    fn kernel_units_compile_with_nvrtc() {
+        let Some(c) = nvrtc_or_skip("kernel_units_compile_with_nvrtc") else {
+            return;
+        };
+        let arch = std::env::var("TANDEM_CHECK_NVIDIA_ARCH").unwrap_or_else(|_| "sm_90".into());
+        let mut failed = 0;
+        for k in catalog() {
+            for u in tandem_kernels_hip::units_of(k.family) {
+                let t0 = Instant::now();
+                let options = super::super::kernels::options_for_unit(&c, k, Some(u), &arch);
+                let result = c.compile(k.file, k.source, HEADERS, &options).map(|code| {
+                    // A symbol (cubin: NUL-terminated) or a PTX entry (name and parenthesis).
+                    let defines = |e: &str| {
+                        [format!("{e}\0"), format!("{e}(")]
+                            .iter()
+                            .any(|n| contains(&code, n.as_bytes()))
+                    };
+                    let missing: Vec<&str> = u.entries.iter().copied().filter(|e| !defines(e)).collect();
+                    let foreign: Vec<&str> = k
+                        .entries
+                        .iter()
+                        .copied()
+                        .filter(|e| !u.entries.contains(e) && defines(e))
+                        .collect();
+                    (code.len(), missing, foreign)
+                });
+                match result {
+                    Ok((bytes, missing, foreign)) if missing.is_empty() && foreign.is_empty() => eprintln!(
+                        "check-kernels: ok   nvidia {arch} {}.{} ({bytes} bytes, {} ms)",
+                        k.family,
+                        u.name,
+                        t0.elapsed().as_millis()
+                    ),
+                    Ok((_, missing, foreign)) => {
+                        failed += 1;
+                        eprintln!(
+                            "check-kernels: FAIL nvidia {arch} {}.{}: missing {missing:?}, other units' {foreign:?}",
+                            k.family, u.name
+                        );
+                    }
+                    Err(e) => {
+                        failed += 1;
+                        eprintln!("check-kernels: FAIL nvidia {arch} {}.{}\n{e}", k.family, u.name);
+                    }
+                }
+            }
+        }
+        assert_eq!(failed, 0, "{failed} kernel unit(s) failed for {arch}");
+    }
+
     /// Kernels queued as dependent launches whose weight loads must be issued before their
     /// `tandem_grid_wait` (so that back to back they overlap the kernel ahead): in each, some
     /// `griddepcontrol.wait` (`ACQBULK`) comes after a 16-byte weight load (`LDG.E.NA.128` or

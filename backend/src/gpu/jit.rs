@@ -182,7 +182,7 @@ impl KernelCache {
                 None => "the disk cache is off".to_string(),
             };
             eprintln!(
-                "tandem: compiling GPU kernel family `{}` for {} ({later})",
+                "tandem: compiling GPU kernels `{}` for {} ({later})",
                 req.name, req.arch
             );
             let started = std::time::Instant::now();

@@ -7,11 +7,13 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tandem_kernels_hip::{catalog, KernelSource, HEADERS};
+use tandem_kernels_hip::{catalog, units_of, KernelSource, KernelUnit, HEADERS};
 
 #[derive(Clone, Debug)]
 pub enum KernelError {
     UnknownFamily(String),
+    /// (family, entry): an entry no unit of a family compiled in units defines.
+    UnknownEntry(String, String),
     Jit(JitError),
     Gpu(GpuError),
 }
@@ -20,6 +22,7 @@ impl fmt::Display for KernelError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             KernelError::UnknownFamily(n) => write!(f, "no kernel family {n}"),
+            KernelError::UnknownEntry(family, e) => write!(f, "no unit of kernel family {family} defines {e}"),
             KernelError::Jit(e) => e.fmt(f),
             KernelError::Gpu(e) => e.fmt(f),
         }
@@ -36,8 +39,22 @@ impl From<GpuError> for KernelError {
 
 /// The full option list for `k` on `arch`: the compiler's arch options, then the family's.
 pub fn options_for(compiler: &dyn KernelCompiler, k: &KernelSource, arch: &str) -> Vec<String> {
+    options_for_unit(compiler, k, None, arch)
+}
+
+/// [`options_for`] for one unit of `k` (`None`: the whole family).
+pub fn options_for_unit(
+    compiler: &dyn KernelCompiler,
+    k: &KernelSource,
+    unit: Option<&KernelUnit>,
+    arch: &str,
+) -> Vec<String> {
     let mut o = compiler.arch_options(arch);
     o.extend(k.options.iter().map(|s| s.to_string()));
+    if let Some(u) = unit {
+        o.push("-DTANDEM_UNIT=1".to_string());
+        o.push(format!("-D{}=1", u.define));
+    }
     // Only the GEMVs stream weights through tandem_ld_stream16 / tandem_seg_cp16; the other
     // families keep their one cached build.
     if k.family == "gemv" && crate::config::Config::get().weights_evict_first && arch.starts_with("sm_") {
@@ -46,17 +63,20 @@ pub fn options_for(compiler: &dyn KernelCompiler, k: &KernelSource, arch: &str) 
     o
 }
 
-/// Compiles (or fetches from `cache`) the code object of `k` for `arch`.
+/// Compiles (or fetches from `cache`) the code object of `k` (of its `unit` only, where given)
+/// for `arch`.
 pub fn build(
     compiler: &dyn KernelCompiler,
     cache: &KernelCache,
     k: &KernelSource,
+    unit: Option<&KernelUnit>,
     arch: &str,
 ) -> Result<(Arc<Vec<u8>>, Origin), JitError> {
-    let options = options_for(compiler, k, arch);
+    let options = options_for_unit(compiler, k, unit, arch);
     let id = compiler.id();
+    let name = program_name(k.family, unit);
     let req = CompileRequest {
-        name: k.family,
+        name: &name,
         source: k.source,
         headers: HEADERS,
         options: &options,
@@ -67,16 +87,26 @@ pub fn build(
         compiler
             .compile(k.file, k.source, HEADERS, &options)
             .map_err(|e| CompileError {
-                program: format!("{} ({})", k.family, k.file),
+                program: format!("{name} ({})", k.file),
                 ..e
             })
     })
+}
+
+/// `family`, or `family.unit` for one unit of it.
+pub fn program_name(family: &str, unit: Option<&KernelUnit>) -> String {
+    match unit {
+        Some(u) => format!("{family}.{}", u.name),
+        None => family.to_string(),
+    }
 }
 
 /// A family's load record, for `tandem kernels` and JIT timing.
 #[derive(Clone, Debug)]
 pub struct LoadRecord {
     pub family: &'static str,
+    /// The unit loaded, for a family compiled in units.
+    pub unit: Option<&'static str>,
     pub origin: Origin,
     pub time: Duration,
     pub bytes: usize,
@@ -90,7 +120,8 @@ pub struct Kernels {
     ctx: Arc<Context>,
     compiler: Arc<dyn KernelCompiler>,
     cache: Arc<KernelCache>,
-    modules: Mutex<HashMap<&'static str, Arc<Module>>>,
+    /// Loaded modules by (family, unit name or "").
+    modules: Mutex<HashMap<(&'static str, &'static str), Arc<Module>>>,
     /// Entry points already looked up, so a launch costs no driver lookup; keyed by a hash of
     /// (family, entry) so a lookup allocates nothing.
     functions: Mutex<HashMap<u64, Vec<CachedFunction>>>,
@@ -137,21 +168,25 @@ impl Kernels {
         &self.ctx
     }
 
-    /// The loaded module of `family`, compiling it on first use. Concurrent first uses of one
-    /// family compile once (the JIT cache's per-key lock) and load at most one module each.
-    pub fn module(&self, family: &str) -> Result<Arc<Module>, KernelError> {
-        if let Some(m) = self.lock_modules().get(family) {
+    /// The loaded module of `family` (of its `unit`, for a family compiled in units), compiling
+    /// it on first use. Concurrent first uses of one module compile once (the JIT cache's
+    /// per-key lock) and load at most one module each.
+    pub fn module(&self, family: &str, unit: Option<&'static KernelUnit>) -> Result<Arc<Module>, KernelError> {
+        let k = tandem_kernels_hip::find(family).ok_or_else(|| KernelError::UnknownFamily(family.into()))?;
+        let key = (k.family, unit.map_or("", |u| u.name));
+        if let Some(m) = self.lock_modules().get(&key) {
             return Ok(m.clone());
         }
-        let k = tandem_kernels_hip::find(family).ok_or_else(|| KernelError::UnknownFamily(family.into()))?;
         let t0 = Instant::now();
-        let (code, origin) = build(&*self.compiler, &self.cache, k, &self.ctx.info().arch).map_err(KernelError::Jit)?;
+        let (code, origin) =
+            build(&*self.compiler, &self.cache, k, unit, &self.ctx.info().arch).map_err(KernelError::Jit)?;
         let module = self.ctx.load_module(&code)?;
         let mut modules = self.lock_modules();
-        let m = modules.entry(k.family).or_insert(module).clone();
+        let m = modules.entry(key).or_insert(module).clone();
         drop(modules);
         self.records.lock().unwrap_or_else(|p| p.into_inner()).push(LoadRecord {
             family: k.family,
+            unit: unit.map(|u| u.name),
             origin,
             time: t0.elapsed(),
             bytes: code.len(),
@@ -179,7 +214,12 @@ impl Kernels {
         {
             return Ok(f);
         }
-        let f = self.module(family)?.function(entry)?;
+        // A family compiled in units loads the unit defining the entry.
+        let unit = tandem_kernels_hip::unit_of(family, entry);
+        if unit.is_none() && !units_of(family).is_empty() {
+            return Err(KernelError::UnknownEntry(family.to_string(), entry.to_string()));
+        }
+        let f = self.module(family, unit)?.function(entry)?;
         self.functions
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -189,11 +229,12 @@ impl Kernels {
         Ok(f)
     }
 
-    /// Loads every catalog family (`tandem kernels --build`); one result per family.
-    pub fn build_all(&self) -> Vec<(&'static str, Result<(), KernelError>)> {
-        catalog()
-            .iter()
-            .map(|k| (k.family, self.module(k.family).map(|_| ())))
+    /// Loads every catalog family, each unit of a family compiled in units (`tandem kernels
+    /// --build`); one result per module, named as [`program_name`].
+    pub fn build_all(&self) -> Vec<(String, Result<(), KernelError>)> {
+        modules_of_catalog()
+            .into_iter()
+            .map(|(k, u)| (program_name(k.family, u), self.module(k.family, u).map(|_| ())))
             .collect()
     }
 
@@ -202,9 +243,24 @@ impl Kernels {
         self.records.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    fn lock_modules(&self) -> std::sync::MutexGuard<'_, HashMap<&'static str, Arc<Module>>> {
+    fn lock_modules(&self) -> std::sync::MutexGuard<'_, HashMap<(&'static str, &'static str), Arc<Module>>> {
         self.modules.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// Every module the runtime may load: each family whole, or each of its units.
+pub fn modules_of_catalog() -> Vec<(&'static KernelSource, Option<&'static KernelUnit>)> {
+    catalog()
+        .iter()
+        .flat_map(|k| {
+            let units = units_of(k.family);
+            if units.is_empty() {
+                vec![(k, None)]
+            } else {
+                units.iter().map(|u| (k, Some(u))).collect()
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -30,12 +30,12 @@ pub use api::{
 };
 pub use device::{GpuDevice, Runway, Timed};
 pub use jit::{KernelCache, Origin};
-pub use kernels::{KernelError, Kernels};
+pub use kernels::{modules_of_catalog, program_name, KernelError, Kernels};
 pub use loader::LibReport;
 pub use memory::{DeviceAlloc, MemKind, PinnedAlloc};
 pub use probe::{probe, ProbeReport, RuntimeChoice, RuntimeReport};
 pub use safe::{Context, DeviceBuffer, Event, Function, KernelArgs, Module, PinnedHostBuffer, Stream};
-pub use tandem_kernels_hip::{catalog, KernelSource};
+pub use tandem_kernels_hip::{catalog, units_of, KernelSource, KernelUnit};
 
 use std::sync::{Arc, OnceLock};
 

@@ -1,4 +1,4 @@
-use crate::KernelSource;
+use crate::{KernelSource, KernelUnit};
 
 /// MUL_MAT and MUL_MAT_ID: decode GEMV (1..8 columns, q8_1 activations for quantized weights),
 /// MUL_MAT_ID in GEMV form, the prefill tiled GEMM for every weight type, and the tensor-core
@@ -192,5 +192,120 @@ pub(crate) const FAMILIES: &[KernelSource] = &[
             "tandem_mmid_wmma_q6_K",
         ],
         options: &["-DTANDEM_WMMA_ENTRIES"],
+    },
+];
+
+/// The `gemv` family's units (`crate::KernelUnit`): one a weight type (its GEMVs and MUL_MAT_IDs of
+/// every form), and the activation quantizers apart.
+pub(crate) const GEMV_UNITS: &[KernelUnit] = &[
+    KernelUnit {
+        name: "common",
+        define: "TANDEM_UNIT_COMMON",
+        entries: &["tandem_quantize_q8_1", "tandem_q8_round_f32"],
+    },
+    KernelUnit {
+        name: "f32",
+        define: "TANDEM_UNIT_F32",
+        entries: &["tandem_gemv_f32_c1", "tandem_gemv_f32_c8", "tandem_mul_mat_id_f32"],
+    },
+    KernelUnit {
+        name: "f16",
+        define: "TANDEM_UNIT_F16",
+        entries: &["tandem_gemv_f16_c1", "tandem_gemv_f16_c8", "tandem_mul_mat_id_f16"],
+    },
+    KernelUnit {
+        name: "bf16",
+        define: "TANDEM_UNIT_BF16",
+        entries: &["tandem_gemv_bf16_c1", "tandem_gemv_bf16_c8", "tandem_mul_mat_id_bf16"],
+    },
+    KernelUnit {
+        name: "q4_0",
+        define: "TANDEM_UNIT_Q4_0",
+        entries: &[
+            "tandem_gemv_q4_0_c1",
+            "tandem_gemv_q4_0_c8",
+            "tandem_gemv_q4_0_s1",
+            "tandem_gemv_q4_0_u1",
+            "tandem_gemv_q4_0_n1",
+            "tandem_mul_mat_id_q4_0",
+            "tandem_mmid_q4_0_u1",
+        ],
+    },
+    KernelUnit {
+        name: "q4_1",
+        define: "TANDEM_UNIT_Q4_1",
+        entries: &["tandem_gemv_q4_1_c1", "tandem_gemv_q4_1_c8", "tandem_mul_mat_id_q4_1"],
+    },
+    KernelUnit {
+        name: "q5_0",
+        define: "TANDEM_UNIT_Q5_0",
+        entries: &["tandem_gemv_q5_0_c1", "tandem_gemv_q5_0_c8", "tandem_mul_mat_id_q5_0"],
+    },
+    KernelUnit {
+        name: "q5_1",
+        define: "TANDEM_UNIT_Q5_1",
+        entries: &["tandem_gemv_q5_1_c1", "tandem_gemv_q5_1_c8", "tandem_mul_mat_id_q5_1"],
+    },
+    KernelUnit {
+        name: "q8_0",
+        define: "TANDEM_UNIT_Q8_0",
+        entries: &[
+            "tandem_gemv_q8_0_c1",
+            "tandem_gemv_q8_0_c8",
+            "tandem_gemv_q8_0_u1",
+            "tandem_gemv_q8_0_n1",
+            "tandem_mul_mat_id_q8_0",
+            "tandem_mmid_q8_0_u1",
+        ],
+    },
+    KernelUnit {
+        name: "q2_K",
+        define: "TANDEM_UNIT_Q2_K",
+        entries: &["tandem_gemv_q2_K_c1", "tandem_gemv_q2_K_c8", "tandem_mul_mat_id_q2_K"],
+    },
+    KernelUnit {
+        name: "q3_K",
+        define: "TANDEM_UNIT_Q3_K",
+        entries: &["tandem_gemv_q3_K_c1", "tandem_gemv_q3_K_c8", "tandem_mul_mat_id_q3_K"],
+    },
+    KernelUnit {
+        name: "q4_K",
+        define: "TANDEM_UNIT_Q4_K",
+        entries: &[
+            "tandem_gemv_q4_K_c1",
+            "tandem_gemv_q4_K_c8",
+            "tandem_gemv_q4_K_s1",
+            "tandem_gemv_q4_K_u1",
+            "tandem_gemv_q4_K_n1",
+            "tandem_mul_mat_id_q4_K",
+            "tandem_mmid_q4_K_u1",
+        ],
+    },
+    KernelUnit {
+        name: "q5_K",
+        define: "TANDEM_UNIT_Q5_K",
+        entries: &["tandem_gemv_q5_K_c1", "tandem_gemv_q5_K_c8", "tandem_mul_mat_id_q5_K"],
+    },
+    KernelUnit {
+        name: "q6_K",
+        define: "TANDEM_UNIT_Q6_K",
+        entries: &[
+            "tandem_gemv_q6_K_c1",
+            "tandem_gemv_q6_K_c8",
+            "tandem_gemv_q6_K_u1",
+            "tandem_gemv_q6_K_n1",
+            "tandem_mul_mat_id_q6_K",
+            "tandem_mmid_q6_K_u1",
+        ],
+    },
+    KernelUnit {
+        name: "iq4_nl",
+        define: "TANDEM_UNIT_IQ4_NL",
+        entries: &[
+            "tandem_gemv_iq4_nl_c1",
+            "tandem_gemv_iq4_nl_c8",
+            "tandem_gemv_iq4_nl_s1",
+            "tandem_mul_mat_id_iq4_nl",
+        ],
     },
 ];

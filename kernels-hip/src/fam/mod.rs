@@ -1,6 +1,6 @@
 //! One module per kernel family group; each lists its `KernelSource`s.
 
-use crate::KernelSource;
+use crate::{KernelSource, KernelUnit};
 
 mod convert;
 mod elementwise;
@@ -15,3 +15,5 @@ pub(crate) const PARTS: &[&[KernelSource]] = &[
     convert::FAMILIES,
     matmul::FAMILIES,
 ];
+
+pub(crate) const GEMV_UNITS: &[KernelUnit] = matmul::GEMV_UNITS;
