@@ -23,6 +23,14 @@
 // not rounded to f16 as ggml's CUDA and CPU vector paths do. Wave size comes from warpSize.
 #include "tandem_hip.h"
 
+// Compile units: the runtime builds this family a part at a time (-DTANDEM_UNIT=1 and one of
+// TANDEM_UNIT_F16 / _Q8_0 / _ANY for the f32 kernels of those K/V types, _REDUCE for the
+// split reduction, _D64 / _D96 / _D128 / _D256 for the tensor-core kernels of a head size);
+// without TANDEM_UNIT every entry is defined. The units are listed in kernels-hip/src/fam/rows.rs.
+#if !defined(TANDEM_UNIT)
+#define TANDEM_UNIT_ALL 1
+#endif
+
 // Mirrors `FaShape` in backend/src/gpu/ops/flash_attn.rs (312 bytes, no padding).
 struct tandem_fa_shape {
     i64 nbq[4];   // q byte strides ([dk, n_q, n_head, n_seq], nbq[0] = 4)
@@ -574,7 +582,10 @@ TANDEM_DEVICE void tandem_fa_tile(const char* q, const char* k, const char* v, c
 #define TANDEM_FA_ARGS q, k, v, mask, sinks, dst, partial, s
 #define TANDEM_FA_SMALL __launch_bounds__(TANDEM_FA_THREADS, TANDEM_FA_SMALL_BLOCKS)
 
-// Decode: f16 K/V, q8_0 K/V, and any other pair (types read from the shape), 4, 8 or 16 rows.
+// f16 K/V, q8_0 K/V, and any other pair (types read from the shape): decode (_r4, _r8, _r16: 4, 8
+// or 16 rows), and prefill and every other shape (_l: up to 32 rows, as many as the shape's
+// `rows`).
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_F16
 extern "C" __global__ void TANDEM_FA_SMALL tandem_fa_f16_r4(TANDEM_FA_PARAMS) {
     tandem_fa_tile<TANDEM_FA_F16, TANDEM_FA_F16, 4, true, 4>(TANDEM_FA_ARGS);
 }
@@ -584,6 +595,11 @@ extern "C" __global__ void TANDEM_FA_SMALL tandem_fa_f16_r8(TANDEM_FA_PARAMS) {
 extern "C" __global__ void TANDEM_FA_SMALL tandem_fa_f16_r16(TANDEM_FA_PARAMS) {
     tandem_fa_tile<TANDEM_FA_F16, TANDEM_FA_F16, 16, true, 4>(TANDEM_FA_ARGS);
 }
+extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS) tandem_fa_f16_l(TANDEM_FA_PARAMS) {
+    tandem_fa_tile<TANDEM_FA_F16, TANDEM_FA_F16, TANDEM_FA_LARGE_ROWS, false, 8>(TANDEM_FA_ARGS);
+}
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q8_0
 extern "C" __global__ void TANDEM_FA_SMALL tandem_fa_q8_0_r4(TANDEM_FA_PARAMS) {
     tandem_fa_tile<TANDEM_FA_Q8_0, TANDEM_FA_Q8_0, 4, true, 4>(TANDEM_FA_ARGS);
 }
@@ -593,6 +609,11 @@ extern "C" __global__ void TANDEM_FA_SMALL tandem_fa_q8_0_r8(TANDEM_FA_PARAMS) {
 extern "C" __global__ void TANDEM_FA_SMALL tandem_fa_q8_0_r16(TANDEM_FA_PARAMS) {
     tandem_fa_tile<TANDEM_FA_Q8_0, TANDEM_FA_Q8_0, 16, true, 4>(TANDEM_FA_ARGS);
 }
+extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS) tandem_fa_q8_0_l(TANDEM_FA_PARAMS) {
+    tandem_fa_tile<TANDEM_FA_Q8_0, TANDEM_FA_Q8_0, TANDEM_FA_LARGE_ROWS, false, 8>(TANDEM_FA_ARGS);
+}
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_ANY
 extern "C" __global__ void TANDEM_FA_SMALL tandem_fa_any_r4(TANDEM_FA_PARAMS) {
     tandem_fa_tile<-1, -1, 4, true, 4>(TANDEM_FA_ARGS);
 }
@@ -602,16 +623,10 @@ extern "C" __global__ void TANDEM_FA_SMALL tandem_fa_any_r8(TANDEM_FA_PARAMS) {
 extern "C" __global__ void TANDEM_FA_SMALL tandem_fa_any_r16(TANDEM_FA_PARAMS) {
     tandem_fa_tile<-1, -1, 16, true, 4>(TANDEM_FA_ARGS);
 }
-// Prefill and every other shape: up to 32 rows, as many as the shape's `rows`.
-extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS) tandem_fa_f16_l(TANDEM_FA_PARAMS) {
-    tandem_fa_tile<TANDEM_FA_F16, TANDEM_FA_F16, TANDEM_FA_LARGE_ROWS, false, 8>(TANDEM_FA_ARGS);
-}
-extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS) tandem_fa_q8_0_l(TANDEM_FA_PARAMS) {
-    tandem_fa_tile<TANDEM_FA_Q8_0, TANDEM_FA_Q8_0, TANDEM_FA_LARGE_ROWS, false, 8>(TANDEM_FA_ARGS);
-}
 extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS) tandem_fa_any_l(TANDEM_FA_PARAMS) {
     tandem_fa_tile<-1, -1, TANDEM_FA_LARGE_ROWS, false, 8>(TANDEM_FA_ARGS);
 }
+#endif
 
 // Splits of a row whose loads tandem_fa_reduce issues all at once (16 groups of threads, each
 // holding this many splits' output columns in registers); more go through the looping form.
@@ -621,6 +636,7 @@ extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS) tandem_fa_any_l(
 // sum = Σ w_i l_i (+ exp(sink - M)), out = Σ w_i o_i / sum. A split's sums are dv + 4 floats (o,
 // then m and l). Block (row, y) writes columns [32 y, 32 y + 32): eight lanes over four columns
 // each, sixteen groups of them sharing the splits out and adding up their parts in shared memory.
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_REDUCE
 extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS)
 tandem_fa_reduce(const float* partial, const char* sinks, char* dst, tandem_fa_shape s) {
     tandem_grid_release();
@@ -743,6 +759,7 @@ tandem_fa_reduce(const float* partial, const char* sinks, char* dst, tandem_fa_s
         *(float*)(dst + (i64)c * 4 + h * s.nbd[1] + qi * s.nbd[2] + seq * s.nbd[3]) = x * inv;
     }
 }
+#endif  // TANDEM_UNIT_REDUCE
 
 // ---------------------------------------------------------------- prefill on tensor cores
 // tandem_fa_mma_d<D>: FLASH_ATTN_EXT with f16 K and V of head size D (K and V alike) for many
@@ -1457,29 +1474,37 @@ TANDEM_DEVICE void tandem_fa_mmd(const char* q, const char* k, const char* v, co
 #endif
 }
 
-// Prefill on tensor cores: head sizes 64, 96 and 128 (kv tiles of 64 rows) and 256 (32 rows).
+// On tensor cores, per head size: prefill (tandem_fa_mma_d<D>; kv tiles of 64 rows, 32 at 256)
+// and decode and short batches (tandem_fa_mmd_d<D>; kv tiles of 64 rows).
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_D64
 extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS) tandem_fa_mma_d64(TANDEM_FA_PARAMS) {
     tandem_fa_mma<64, 64>(q, k, v, mask, sinks, dst, s);
 }
-extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS) tandem_fa_mma_d96(TANDEM_FA_PARAMS) {
-    tandem_fa_mma<96, 64>(q, k, v, mask, sinks, dst, s);
-}
-extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS) tandem_fa_mma_d128(TANDEM_FA_PARAMS) {
-    tandem_fa_mma<128, 64>(q, k, v, mask, sinks, dst, s);
-}
-extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS) tandem_fa_mma_d256(TANDEM_FA_PARAMS) {
-    tandem_fa_mma<256, 32>(q, k, v, mask, sinks, dst, s);
-}
-// Decode and short batches on tensor cores: the same head sizes, kv tiles of 64 rows.
 extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS) tandem_fa_mmd_d64(TANDEM_FA_PARAMS) {
     tandem_fa_mmd<64>(q, k, v, mask, sinks, dst, partial, s);
+}
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_D96
+extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS) tandem_fa_mma_d96(TANDEM_FA_PARAMS) {
+    tandem_fa_mma<96, 64>(q, k, v, mask, sinks, dst, s);
 }
 extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS) tandem_fa_mmd_d96(TANDEM_FA_PARAMS) {
     tandem_fa_mmd<96>(q, k, v, mask, sinks, dst, partial, s);
 }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_D128
+extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS) tandem_fa_mma_d128(TANDEM_FA_PARAMS) {
+    tandem_fa_mma<128, 64>(q, k, v, mask, sinks, dst, s);
+}
 extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS) tandem_fa_mmd_d128(TANDEM_FA_PARAMS) {
     tandem_fa_mmd<128>(q, k, v, mask, sinks, dst, partial, s);
+}
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_D256
+extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS) tandem_fa_mma_d256(TANDEM_FA_PARAMS) {
+    tandem_fa_mma<256, 32>(q, k, v, mask, sinks, dst, s);
 }
 extern "C" __global__ void __launch_bounds__(TANDEM_FA_THREADS) tandem_fa_mmd_d256(TANDEM_FA_PARAMS) {
     tandem_fa_mmd<256>(q, k, v, mask, sinks, dst, partial, s);
 }
+#endif

@@ -45,6 +45,7 @@ mod fam;
 pub fn units_of(family: &str) -> &'static [KernelUnit] {
     match family {
         "gemv" => fam::GEMV_UNITS,
+        "flash_attn" => fam::FLASH_ATTN_UNITS,
         _ => &[],
     }
 }
@@ -114,6 +115,7 @@ mod tests {
         }
         assert!(unit_of("gemv", "tandem_gemv_q4_0_u1").is_some_and(|u| u.name == "q4_0"));
         assert!(unit_of("gemv", "tandem_quantize_q8_1").is_some_and(|u| u.name == "common"));
+        assert!(unit_of("flash_attn", "tandem_fa_mmd_d128").is_some_and(|u| u.name == "d128"));
         assert!(unit_of("gemv", "nope").is_none() && unit_of("norm", "tandem_rms_norm_f32").is_none());
     }
 }

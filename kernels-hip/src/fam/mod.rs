@@ -17,3 +17,4 @@ pub(crate) const PARTS: &[&[KernelSource]] = &[
 ];
 
 pub(crate) const GEMV_UNITS: &[KernelUnit] = matmul::GEMV_UNITS;
+pub(crate) const FLASH_ATTN_UNITS: &[KernelUnit] = rows::FLASH_ATTN_UNITS;

@@ -1,4 +1,4 @@
-use crate::KernelSource;
+use crate::{KernelSource, KernelUnit};
 
 /// Row-wise f32 ops: norms (alone, with the next MUL folded in, and RMS_NORM with the residual ADD
 /// before it), SUM_ROWS (alone and as the
@@ -62,5 +62,66 @@ pub(crate) const FAMILIES: &[KernelSource] = &[
             "tandem_fa_reduce",
         ],
         options: &[],
+    },
+];
+
+/// The `flash_attn` family's units (`crate::KernelUnit`): the f32 kernels of f16, q8_0 and any
+/// other K/V, the split reduction, and the tensor-core kernels (prefill and decode) of one head
+/// size each.
+pub(crate) const FLASH_ATTN_UNITS: &[KernelUnit] = &[
+    KernelUnit {
+        name: "f16",
+        define: "TANDEM_UNIT_F16",
+        entries: &[
+            "tandem_fa_f16_r4",
+            "tandem_fa_f16_r8",
+            "tandem_fa_f16_r16",
+            "tandem_fa_f16_l",
+        ],
+    },
+    KernelUnit {
+        name: "q8_0",
+        define: "TANDEM_UNIT_Q8_0",
+        entries: &[
+            "tandem_fa_q8_0_r4",
+            "tandem_fa_q8_0_r8",
+            "tandem_fa_q8_0_r16",
+            "tandem_fa_q8_0_l",
+        ],
+    },
+    KernelUnit {
+        name: "any",
+        define: "TANDEM_UNIT_ANY",
+        entries: &[
+            "tandem_fa_any_r4",
+            "tandem_fa_any_r8",
+            "tandem_fa_any_r16",
+            "tandem_fa_any_l",
+        ],
+    },
+    KernelUnit {
+        name: "reduce",
+        define: "TANDEM_UNIT_REDUCE",
+        entries: &["tandem_fa_reduce"],
+    },
+    KernelUnit {
+        name: "d64",
+        define: "TANDEM_UNIT_D64",
+        entries: &["tandem_fa_mma_d64", "tandem_fa_mmd_d64"],
+    },
+    KernelUnit {
+        name: "d96",
+        define: "TANDEM_UNIT_D96",
+        entries: &["tandem_fa_mma_d96", "tandem_fa_mmd_d96"],
+    },
+    KernelUnit {
+        name: "d128",
+        define: "TANDEM_UNIT_D128",
+        entries: &["tandem_fa_mma_d128", "tandem_fa_mmd_d128"],
+    },
+    KernelUnit {
+        name: "d256",
+        define: "TANDEM_UNIT_D256",
+        entries: &["tandem_fa_mma_d256", "tandem_fa_mmd_d256"],
     },
 ];
