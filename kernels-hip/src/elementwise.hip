@@ -15,6 +15,14 @@
 // (ops/src/cpu/ew_math.rs): the sigmoid family is x / (1 + e^-t), GELU is the exact tanh form.
 #include "tandem_hip.h"
 
+// Compile units: the runtime builds this family in three parts (-DTANDEM_UNIT=1 and
+// TANDEM_UNIT_BINARY for tandem_binary_any, TANDEM_UNIT_UNARY for tandem_unary_any, the two
+// generic kernels that take most of its compile time, TANDEM_UNIT_COMMON for the rest); without
+// TANDEM_UNIT every entry is defined. The units are listed in kernels-hip/src/fam/elementwise.rs.
+#if !defined(TANDEM_UNIT)
+#define TANDEM_UNIT_ALL 1
+#endif
+
 // Mirrors `BinaryShape` in backend/src/gpu/elementwise.rs (five blocks of four i64, no padding).
 struct tandem_binary_shape {
     i64 ne[4];   // dst extents (= src0 extents)
@@ -219,30 +227,39 @@ TANDEM_DEVICE void tandem_binary_typed(const char* src0, const char* src1, char*
     }
 }
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_COMMON
 extern "C" __global__ void __launch_bounds__(256)
 tandem_add_f32(const char* src0, const char* src1, char* dst, tandem_binary_shape s) {
     tandem_grid_release();
     tandem_binary_f32(src0, src1, dst, s, tandem_op_add());
 }
+#endif
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_COMMON
 extern "C" __global__ void __launch_bounds__(256)
 tandem_sub_f32(const char* src0, const char* src1, char* dst, tandem_binary_shape s) {
     tandem_binary_f32(src0, src1, dst, s, tandem_op_sub());
 }
+#endif
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_COMMON
 extern "C" __global__ void __launch_bounds__(256)
 tandem_mul_f32(const char* src0, const char* src1, char* dst, tandem_binary_shape s) {
     tandem_grid_release();
     tandem_binary_f32(src0, src1, dst, s, tandem_op_mul());
 }
+#endif
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_COMMON
 extern "C" __global__ void __launch_bounds__(256)
 tandem_div_f32(const char* src0, const char* src1, char* dst, tandem_binary_shape s) {
     tandem_binary_f32(src0, src1, dst, s, tandem_op_div());
 }
+#endif
 
 // dst = op(src0, src1) for any mix of f32/f16/bf16 (t0, t1, td); GLU gates pass x as src0 and
 // the gate as src1 with no broadcast. An unknown op writes nothing (launchers never pass one).
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_BINARY
 extern "C" __global__ void __launch_bounds__(256)
 tandem_binary_any(const char* src0, const char* src1, char* dst, tandem_binary_shape s,
                   int op, int t0, int t1, int td) {
@@ -264,6 +281,7 @@ tandem_binary_any(const char* src0, const char* src1, char* dst, tandem_binary_s
     default: break;
     }
 }
+#endif
 
 // GLU gates on f32 rows of contiguous, 16-byte-aligned elements (ne[0] a multiple of four, two
 // dimensions: rows ne[1] nb0/nb1/nbd[1] bytes apart), four elements a thread, one entry per gate.
@@ -282,26 +300,36 @@ TANDEM_DEVICE void tandem_gate4(const char* x, const char* g, char* d, const tan
         ((float4*)(d + (i64)r * s.nbd[1]))[j] = make_float4(op(a.x, b.x), op(a.y, b.y), op(a.z, b.z), op(a.w, b.w));
     }
 }
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_COMMON
 extern "C" __global__ void __launch_bounds__(256)
 tandem_swiglu4_f32(const char* x, const char* g, char* d, tandem_binary_shape s) {
     tandem_gate4(x, g, d, s, tandem_op_swiglu());
 }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_COMMON
 extern "C" __global__ void __launch_bounds__(256)
 tandem_geglu4_f32(const char* x, const char* g, char* d, tandem_binary_shape s) {
     tandem_gate4(x, g, d, s, tandem_op_geglu());
 }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_COMMON
 extern "C" __global__ void __launch_bounds__(256)
 tandem_reglu4_f32(const char* x, const char* g, char* d, tandem_binary_shape s) {
     tandem_gate4(x, g, d, s, tandem_op_reglu());
 }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_COMMON
 extern "C" __global__ void __launch_bounds__(256)
 tandem_geglu_erf4_f32(const char* x, const char* g, char* d, tandem_binary_shape s) {
     tandem_gate4(x, g, d, s, tandem_op_geglu_erf());
 }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_COMMON
 extern "C" __global__ void __launch_bounds__(256)
 tandem_geglu_quick4_f32(const char* x, const char* g, char* d, tandem_binary_shape s) {
     tandem_gate4(x, g, d, s, tandem_op_geglu_quick());
 }
+#endif
 
 // ---- one-input ops: UNARY sub-ops, SCALE, CLAMP ----
 
@@ -453,6 +481,7 @@ TANDEM_DEVICE void tandem_unary_typed(const char* src, char* dst, const tandem_u
 }
 
 // ggml_scale: dst = src * scale + bias.
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_COMMON
 extern "C" __global__ void __launch_bounds__(256)
 tandem_scale_f32(const char* src, char* dst, tandem_unary_shape s, float scale, float bias) {
     tandem_op_scale op;
@@ -460,15 +489,19 @@ tandem_scale_f32(const char* src, char* dst, tandem_unary_shape s, float scale, 
     op.bias = bias;
     tandem_unary_f32(src, dst, s, op);
 }
+#endif
 
 // SiLU: x * sigmoid(x), written as x / (1 + e^-x) like ggml's CPU path.
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_COMMON
 extern "C" __global__ void __launch_bounds__(256)
 tandem_silu_f32(const char* src, char* dst, tandem_unary_shape s) {
     tandem_unary_f32(src, dst, s, tandem_op_silu());
 }
+#endif
 
 // dst = f(src) for the op code `op` (p0, p1: SCALE's scale and bias, CLAMP's min and max), any
 // mix of f32/f16/bf16. An unknown op writes nothing (launchers never pass one).
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_UNARY
 extern "C" __global__ void __launch_bounds__(256)
 tandem_unary_any(const char* src, char* dst, tandem_unary_shape s, int op, int ts, int td,
                  float p0, float p1) {
@@ -511,12 +544,14 @@ tandem_unary_any(const char* src, char* dst, tandem_unary_shape s, int op, int t
     default: break;
     }
 }
+#endif
 
 // ---- ADD_ID ----
 
 // dst[:, i1, i2, i3] = src0[:, i1, i2, i3] + src1[:, ids[i1, i2]] (f32). An id outside
 // 0..rows_b never reads src1: its row becomes NaN, so the bad input shows in the result rather
 // than leaving stale memory (the CPU path refuses the whole node instead).
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_COMMON
 extern "C" __global__ void __launch_bounds__(256)
 tandem_add_id_f32(const char* src0, const char* src1, const char* ids, char* dst,
                   tandem_add_id_shape s) {
@@ -538,6 +573,7 @@ tandem_add_id_f32(const char* src0, const char* src1, const char* ids, char* dst
         }
     }
 }
+#endif
 
 // ---- weighted sum of MoE expert outputs: MUL by the routing weights, then the ADD chain ----
 
@@ -555,6 +591,7 @@ struct tandem_moe_sum_shape {
 // each sum is rounded to f32 on its own (no fused multiply-add), so the result is the unfused
 // nodes' to the bit. blockIdx.y walks tokens; x threads walk dim 0, four values each where the
 // rows are 16-byte aligned.
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_COMMON
 extern "C" __global__ void __launch_bounds__(256)
 tandem_moe_sum_f32(const char* x, const char* w, char* dst, tandem_moe_sum_shape s) {
     tandem_grid_release();
@@ -596,3 +633,4 @@ tandem_moe_sum_f32(const char* x, const char* w, char* dst, tandem_moe_sum_shape
         }
     }
 }
+#endif

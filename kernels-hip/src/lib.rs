@@ -46,6 +46,8 @@ pub fn units_of(family: &str) -> &'static [KernelUnit] {
     match family {
         "gemv" => fam::GEMV_UNITS,
         "flash_attn" => fam::FLASH_ATTN_UNITS,
+        "mma" => fam::MMA_UNITS,
+        "elementwise" => fam::ELEMENTWISE_UNITS,
         _ => &[],
     }
 }

@@ -31,6 +31,14 @@
 // grid, those of the last, partial wave split in k ranges whose sums tandem_mm_split_sum adds up
 // (see tandem_mm_split).
 #include "tandem_hip.h"
+
+// Compile units: the runtime builds the "mma" family one weight type at a time (-DTANDEM_UNIT=1
+// -DTANDEM_UNIT_<TYPE>=1 defines that type's entries only; the activation copies and the
+// MUL_MAT_ID routing are TANDEM_UNIT_COMMON); without TANDEM_UNIT (and in the "wmma" family)
+// every entry is defined. The units are listed in kernels-hip/src/fam/matmul.rs.
+#if !defined(TANDEM_UNIT)
+#define TANDEM_UNIT_ALL 1
+#endif
 #include "tandem_quant.h"
 
 // The f16 tiles (`tandem_mma_f16`): threads and output tile.
@@ -159,10 +167,12 @@ TANDEM_DEVICE void tandem_mmid_route_block(const char* ids, i32* counts, i32* li
     __syncthreads();
     for (i64 e = threadIdx.x; e < s.n_expert; e += blockDim.x) counts[e] = cnt[e];
 }
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_COMMON
 extern "C" __global__ void __launch_bounds__(1024)
 tandem_mmid_route(const char* ids, i32* counts, i32* lists, char* dst, tandem_mmid_shape s) {
     tandem_mmid_route_block(ids, counts, lists, dst, s);
 }
+#endif
 #if defined(TANDEM_WMMA_ENTRIES)
 // The same for the "wmma" family (entry names are unique across families).
 extern "C" __global__ void __launch_bounds__(1024)
@@ -3332,72 +3342,116 @@ tandem_mm_split_sum(char* dst, tandem_mm_shape s, tandem_mm_split sp, i64 bm, i6
 #define TANDEM_MMID_ARGS const char *w, const char *aq, const char *ads, const i32 *counts, const i32 *lists, \
                          char *dst, tandem_mmid_shape s
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q4_0
 TANDEM_MMQ_KERNEL tandem_mma_q4_0(TANDEM_MMA_ARGS_Q) {
     tandem_mmq_quant<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q4_0>, 4>>(w, aq, ads, dst, s);
 }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q4_1
 TANDEM_MMQ_KERNEL tandem_mma_q4_1(TANDEM_MMA_ARGS_Q) {
     tandem_mmq_quant<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q4_1>, 4>>(w, aq, ads, dst, s);
 }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q5_0
 TANDEM_MMQ_KERNEL tandem_mma_q5_0(TANDEM_MMA_ARGS_Q) {
     tandem_mmq_quant<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q5_0>, 4>>(w, aq, ads, dst, s);
 }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q5_1
 TANDEM_MMQ_KERNEL tandem_mma_q5_1(TANDEM_MMA_ARGS_Q) {
     tandem_mmq_quant<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q5_1>, 4>>(w, aq, ads, dst, s);
 }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q8_0
 TANDEM_MMQ_KERNEL tandem_mma_q8_0(TANDEM_MMA_ARGS_Q) {
     tandem_mmq_quant<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q8_0>, 4>>(w, aq, ads, dst, s);
 }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_IQ4_NL
 TANDEM_MMQ_KERNEL tandem_mma_iq4_nl(TANDEM_MMA_ARGS_Q) {
     tandem_mmq_quant<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_iq4_nl>, 4>>(w, aq, ads, dst, s);
 }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q4_K
 TANDEM_MMQ_SB_KERNEL tandem_mma_q4_K(TANDEM_MMA_ARGS_Q) {
     tandem_mmq_quant<tandem_mmq_step<tandem_mmvw_q4_K, 8>>(w, aq, ads, dst, s);
 }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q5_K
 TANDEM_MMQ_SB_KERNEL tandem_mma_q5_K(TANDEM_MMA_ARGS_Q) {
     tandem_mmq_quant<tandem_mmq_step<tandem_mmvw_q5_K, 8>>(w, aq, ads, dst, s);
 }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q2_K
 TANDEM_MMQ_SB_KERNEL tandem_mma_q2_K(TANDEM_MMA_ARGS_Q) {
     tandem_mmq_quant<tandem_mmq_step<tandem_mmvw_q2_K, 8>>(w, aq, ads, dst, s);
 }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q3_K
 TANDEM_MMQ_SB_KERNEL tandem_mma_q3_K(TANDEM_MMA_ARGS_Q) {
     tandem_mmq_quant<tandem_mmq_step<tandem_mmvw_q3_K, 8>>(w, aq, ads, dst, s);
 }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q6_K
 TANDEM_MMQ_SB_KERNEL tandem_mma_q6_K(TANDEM_MMA_ARGS_Q) {
     tandem_mmq_quant<tandem_mmq_step<tandem_mmvw_q6_K, 8>>(w, aq, ads, dst, s);
 }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q4_0
 TANDEM_MMQ_KERNEL tandem_mmid_mma_q4_0(TANDEM_MMID_ARGS) {
     tandem_mmid_mmq<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q4_0>, 4>>(w, aq, ads, counts, lists, dst, s);
 }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q4_1
 TANDEM_MMQ_KERNEL tandem_mmid_mma_q4_1(TANDEM_MMID_ARGS) {
     tandem_mmid_mmq<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q4_1>, 4>>(w, aq, ads, counts, lists, dst, s);
 }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q5_0
 TANDEM_MMQ_KERNEL tandem_mmid_mma_q5_0(TANDEM_MMID_ARGS) {
     tandem_mmid_mmq<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q5_0>, 4>>(w, aq, ads, counts, lists, dst, s);
 }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q5_1
 TANDEM_MMQ_KERNEL tandem_mmid_mma_q5_1(TANDEM_MMID_ARGS) {
     tandem_mmid_mmq<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q5_1>, 4>>(w, aq, ads, counts, lists, dst, s);
 }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q8_0
 TANDEM_MMQ_KERNEL tandem_mmid_mma_q8_0(TANDEM_MMID_ARGS) {
     tandem_mmid_mmq<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_q8_0>, 4>>(w, aq, ads, counts, lists, dst, s);
 }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_IQ4_NL
 TANDEM_MMQ_KERNEL tandem_mmid_mma_iq4_nl(TANDEM_MMID_ARGS) {
     tandem_mmid_mmq<tandem_mmq_step<tandem_mmv_blocks<tandem_mmf_iq4_nl>, 4>>(w, aq, ads, counts, lists, dst, s);
 }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q4_K
 TANDEM_MMQ_SB_KERNEL tandem_mmid_mma_q4_K(TANDEM_MMID_ARGS) {
     tandem_mmid_mmq<tandem_mmq_step<tandem_mmvw_q4_K, 8>>(w, aq, ads, counts, lists, dst, s);
 }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q5_K
 TANDEM_MMQ_SB_KERNEL tandem_mmid_mma_q5_K(TANDEM_MMID_ARGS) {
     tandem_mmid_mmq<tandem_mmq_step<tandem_mmvw_q5_K, 8>>(w, aq, ads, counts, lists, dst, s);
 }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q2_K
 TANDEM_MMQ_SB_KERNEL tandem_mmid_mma_q2_K(TANDEM_MMID_ARGS) {
     tandem_mmid_mmq<tandem_mmq_step<tandem_mmvw_q2_K, 8>>(w, aq, ads, counts, lists, dst, s);
 }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q3_K
 TANDEM_MMQ_SB_KERNEL tandem_mmid_mma_q3_K(TANDEM_MMID_ARGS) {
     tandem_mmid_mmq<tandem_mmq_step<tandem_mmvw_q3_K, 8>>(w, aq, ads, counts, lists, dst, s);
 }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q6_K
 TANDEM_MMQ_SB_KERNEL tandem_mmid_mma_q6_K(TANDEM_MMID_ARGS) {
     tandem_mmid_mmq<tandem_mmq_step<tandem_mmvw_q6_K, 8>>(w, aq, ads, counts, lists, dst, s);
 }
+#endif
 // The WMMA tiles (AMD gfx11 / gfx12), and in layout 9 the CDNA tiles (gfx908 .. gfx950); both
 // emulated on NVIDIA: only in the "wmma" family's build.
 #if defined(TANDEM_WMMA_ENTRIES)
@@ -3485,25 +3539,51 @@ TANDEM_WMMA_SB_KERNEL tandem_mmid_wmma_q6_K(TANDEM_MMID_WMMA_ARGS) {
 }
 #endif
 #define TANDEM_MMV_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_MMV_THREADS)
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q4_0
 TANDEM_MMV_KERNEL tandem_mmv_q4_0(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmvw_q4_0>(w, aq, ads, dst, s); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q4_1
 TANDEM_MMV_KERNEL tandem_mmv_q4_1(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmv_blocks<tandem_mmf_q4_1>>(w, aq, ads, dst, s); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q5_0
 TANDEM_MMV_KERNEL tandem_mmv_q5_0(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmvw_q5_0>(w, aq, ads, dst, s); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q5_1
 TANDEM_MMV_KERNEL tandem_mmv_q5_1(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmv_blocks<tandem_mmf_q5_1>>(w, aq, ads, dst, s); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q8_0
 TANDEM_MMV_KERNEL tandem_mmv_q8_0(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmvw_q8_0>(w, aq, ads, dst, s); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_IQ4_NL
 TANDEM_MMV_KERNEL tandem_mmv_iq4_nl(TANDEM_MMA_ARGS_Q) {
     tandem_mmv_quant<tandem_mmv_blocks<tandem_mmf_iq4_nl>>(w, aq, ads, dst, s);
 }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q4_K
 TANDEM_MMV_KERNEL tandem_mmv_q4_K(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmvw_q4_K>(w, aq, ads, dst, s); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q5_K
 TANDEM_MMV_KERNEL tandem_mmv_q5_K(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmvw_q5_K>(w, aq, ads, dst, s); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q2_K
 TANDEM_MMV_KERNEL tandem_mmv_q2_K(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmvw_q2_K>(w, aq, ads, dst, s); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q3_K
 TANDEM_MMV_KERNEL tandem_mmv_q3_K(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmvw_q3_K>(w, aq, ads, dst, s); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q6_K
 TANDEM_MMV_KERNEL tandem_mmv_q6_K(TANDEM_MMA_ARGS_Q) { tandem_mmv_quant<tandem_mmvw_q6_K>(w, aq, ads, dst, s); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_F16
 TANDEM_MMA_KERNEL tandem_mma_f16(const char* w, const u16* xh, char* dst, tandem_mm_shape s) {
     tandem_mma_f16_tile(w, xh, dst, s);
 }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_BF16
 TANDEM_MMA_KERNEL tandem_mma_bf16(const char* w, const u16* xh, char* dst, tandem_mm_shape s) {
     tandem_mma_f16_tile<false, true>(w, xh, dst, s);
 }
+#endif
 
 #define TANDEM_WGMMA_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_WGMMA_THREADS, 1)
 #define TANDEM_WGMMA_ARGS const char *w, const u16 *xh, char *dst, tandem_mm_shape s
@@ -3511,32 +3591,64 @@ TANDEM_MMA_KERNEL tandem_mma_bf16(const char* w, const u16* xh, char* dst, tande
 #define TANDEM_WGMMA_QARGS const char *w, const u16 *xh, const float *cs, char *dst, tandem_mm_shape s, tandem_mm_split sp
 #define TANDEM_WGMMQ_KERNEL extern "C" __global__ void __launch_bounds__(TANDEM_WGMMQ_THREADS, 1)
 #define TANDEM_WGMMQ_ARGS TANDEM_MMA_ARGS_Q, tandem_mm_split sp
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_F16
 TANDEM_WGMMA_KERNEL tandem_wgmma_f16(TANDEM_WGMMA_ARGS, tandem_mm_split sp) { tandem_wgmma_f16_tile(w, xh, dst, s, sp); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_BF16
 TANDEM_WGMMA_KERNEL tandem_wgmma_bf16(TANDEM_WGMMA_ARGS, tandem_mm_split sp) {
     tandem_wgmma_f16_tile<true>(w, xh, dst, s, sp);
 }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q4_0
 TANDEM_WGMMA_KERNEL tandem_wgmma_q4_0(TANDEM_WGMMA_QARGS) { tandem_wgmma_quant_tile<tandem_mmf_q4_0>(w, xh, cs, dst, s, sp); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q4_1
 TANDEM_WGMMA_KERNEL tandem_wgmma_q4_1(TANDEM_WGMMA_QARGS) { tandem_wgmma_quant_tile<tandem_mmf_q4_1>(w, xh, cs, dst, s, sp); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q5_0
 TANDEM_WGMMA_KERNEL tandem_wgmma_q5_0(TANDEM_WGMMA_QARGS) { tandem_wgmma_quant_tile<tandem_mmf_q5_0>(w, xh, cs, dst, s, sp); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q5_1
 TANDEM_WGMMA_KERNEL tandem_wgmma_q5_1(TANDEM_WGMMA_QARGS) { tandem_wgmma_quant_tile<tandem_mmf_q5_1>(w, xh, cs, dst, s, sp); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q8_0
 TANDEM_WGMMA_KERNEL tandem_wgmma_q8_0(TANDEM_WGMMA_QARGS) { tandem_wgmma_quant_tile<tandem_mmf_q8_0>(w, xh, cs, dst, s, sp); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_IQ4_NL
 TANDEM_WGMMA_KERNEL tandem_wgmma_iq4_nl(TANDEM_WGMMA_QARGS) {
     tandem_wgmma_quant_tile<tandem_mmf_iq4_nl>(w, xh, cs, dst, s, sp);
 }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q4_0
 TANDEM_WGMMQ_KERNEL tandem_wgmmq_q4_0(TANDEM_WGMMQ_ARGS) { tandem_wgmmq_quant<tandem_mmf_q4_0>(w, aq, ads, dst, s, sp); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q4_1
 TANDEM_WGMMQ_KERNEL tandem_wgmmq_q4_1(TANDEM_WGMMQ_ARGS) { tandem_wgmmq_quant<tandem_mmf_q4_1>(w, aq, ads, dst, s, sp); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q5_0
 TANDEM_WGMMQ_KERNEL tandem_wgmmq_q5_0(TANDEM_WGMMQ_ARGS) { tandem_wgmmq_quant<tandem_mmf_q5_0>(w, aq, ads, dst, s, sp); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q5_1
 TANDEM_WGMMQ_KERNEL tandem_wgmmq_q5_1(TANDEM_WGMMQ_ARGS) { tandem_wgmmq_quant<tandem_mmf_q5_1>(w, aq, ads, dst, s, sp); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q8_0
 TANDEM_WGMMQ_KERNEL tandem_wgmmq_q8_0(TANDEM_WGMMQ_ARGS) { tandem_wgmmq_quant<tandem_mmf_q8_0>(w, aq, ads, dst, s, sp); }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_IQ4_NL
 TANDEM_WGMMQ_KERNEL tandem_wgmmq_iq4_nl(TANDEM_WGMMQ_ARGS) {
     tandem_wgmmq_quant<tandem_mmf_iq4_nl>(w, aq, ads, dst, s, sp);
 }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q4_K
 TANDEM_WGMMQ_KERNEL tandem_wgmmq_q4_K(TANDEM_WGMMQ_ARGS) {
     tandem_wgmmq_quant<tandem_wgmmq_super<tandem_mmvw_q4_K>>(w, aq, ads, dst, s, sp);
 }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q5_K
 TANDEM_WGMMQ_KERNEL tandem_wgmmq_q5_K(TANDEM_WGMMQ_ARGS) {
     tandem_wgmmq_quant<tandem_wgmmq_super<tandem_mmvw_q5_K>>(w, aq, ads, dst, s, sp);
 }
+#endif
 
 // src1 (f32, [k, ne1, ne2, ne3] with byte strides, as tandem_q8_shape in gemv.hip) rounded to
 // f16 into xh, contiguous: column c = i1 + ne1 * (i2 + ne2 * i3) at xh + c * k. Each thread
@@ -3578,14 +3690,18 @@ TANDEM_DEVICE void tandem_mma_f16_copy_block(const char* src, u16* xh, tandem_mm
         }
     }
 }
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_COMMON
 extern "C" __global__ void __launch_bounds__(256)
 tandem_mma_f16_copy(const char* src, u16* xh, tandem_mma_src_shape s) {
     tandem_mma_f16_copy_block(src, xh, s);
 }
+#endif
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_COMMON
 extern "C" __global__ void __launch_bounds__(256)
 tandem_mma_bf16_copy(const char* src, u16* xh, tandem_mma_src_shape s) {
     tandem_mma_f16_copy_block<true>(src, xh, s);
 }
+#endif
 #if defined(TANDEM_WMMA_ENTRIES)
 // The same for the "wmma" family's f16 tiles.
 extern "C" __global__ void __launch_bounds__(256)
@@ -3635,6 +3751,7 @@ TANDEM_DEVICE void tandem_f16q8_store(const float (&x)[4], u16* xh, i64 c, i64 i
         for (int e = 0; e < 4 && i + e < s.k; ++e) out[e] = h[e];
     }
 }
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_COMMON
 extern "C" __global__ void __launch_bounds__(256)
 tandem_mma_f16_q8_copy(const char* src, u16* xh, float* cs, tandem_mma_src_shape s) {
     __shared__ float most[256 / 32];
@@ -3684,3 +3801,4 @@ tandem_mma_f16_q8_copy(const char* src, u16* xh, float* cs, tandem_mma_src_shape
         }
     }
 }
+#endif

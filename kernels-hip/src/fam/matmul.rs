@@ -309,3 +309,130 @@ pub(crate) const GEMV_UNITS: &[KernelUnit] = &[
         ],
     },
 ];
+
+/// The `mma` family's units (`crate::KernelUnit`): one a weight type (its tensor-core tiles,
+/// batched-decode GEMV, Hopper GEMMs and MUL_MAT_ID tiles), and the activation copies and the
+/// MUL_MAT_ID routing apart.
+pub(crate) const MMA_UNITS: &[KernelUnit] = &[
+    KernelUnit {
+        name: "common",
+        define: "TANDEM_UNIT_COMMON",
+        entries: &[
+            "tandem_mma_f16_copy",
+            "tandem_mma_bf16_copy",
+            "tandem_mma_f16_q8_copy",
+            "tandem_mmid_route",
+        ],
+    },
+    KernelUnit {
+        name: "f16",
+        define: "TANDEM_UNIT_F16",
+        entries: &["tandem_mma_f16", "tandem_wgmma_f16"],
+    },
+    KernelUnit {
+        name: "bf16",
+        define: "TANDEM_UNIT_BF16",
+        entries: &["tandem_mma_bf16", "tandem_wgmma_bf16"],
+    },
+    KernelUnit {
+        name: "q4_0",
+        define: "TANDEM_UNIT_Q4_0",
+        entries: &[
+            "tandem_mma_q4_0",
+            "tandem_mmv_q4_0",
+            "tandem_wgmma_q4_0",
+            "tandem_wgmmq_q4_0",
+            "tandem_mmid_mma_q4_0",
+        ],
+    },
+    KernelUnit {
+        name: "q4_1",
+        define: "TANDEM_UNIT_Q4_1",
+        entries: &[
+            "tandem_mma_q4_1",
+            "tandem_mmv_q4_1",
+            "tandem_wgmma_q4_1",
+            "tandem_wgmmq_q4_1",
+            "tandem_mmid_mma_q4_1",
+        ],
+    },
+    KernelUnit {
+        name: "q5_0",
+        define: "TANDEM_UNIT_Q5_0",
+        entries: &[
+            "tandem_mma_q5_0",
+            "tandem_mmv_q5_0",
+            "tandem_wgmma_q5_0",
+            "tandem_wgmmq_q5_0",
+            "tandem_mmid_mma_q5_0",
+        ],
+    },
+    KernelUnit {
+        name: "q5_1",
+        define: "TANDEM_UNIT_Q5_1",
+        entries: &[
+            "tandem_mma_q5_1",
+            "tandem_mmv_q5_1",
+            "tandem_wgmma_q5_1",
+            "tandem_wgmmq_q5_1",
+            "tandem_mmid_mma_q5_1",
+        ],
+    },
+    KernelUnit {
+        name: "q8_0",
+        define: "TANDEM_UNIT_Q8_0",
+        entries: &[
+            "tandem_mma_q8_0",
+            "tandem_mmv_q8_0",
+            "tandem_wgmma_q8_0",
+            "tandem_wgmmq_q8_0",
+            "tandem_mmid_mma_q8_0",
+        ],
+    },
+    KernelUnit {
+        name: "iq4_nl",
+        define: "TANDEM_UNIT_IQ4_NL",
+        entries: &[
+            "tandem_mma_iq4_nl",
+            "tandem_mmv_iq4_nl",
+            "tandem_wgmma_iq4_nl",
+            "tandem_wgmmq_iq4_nl",
+            "tandem_mmid_mma_iq4_nl",
+        ],
+    },
+    KernelUnit {
+        name: "q2_K",
+        define: "TANDEM_UNIT_Q2_K",
+        entries: &["tandem_mma_q2_K", "tandem_mmv_q2_K", "tandem_mmid_mma_q2_K"],
+    },
+    KernelUnit {
+        name: "q3_K",
+        define: "TANDEM_UNIT_Q3_K",
+        entries: &["tandem_mma_q3_K", "tandem_mmv_q3_K", "tandem_mmid_mma_q3_K"],
+    },
+    KernelUnit {
+        name: "q4_K",
+        define: "TANDEM_UNIT_Q4_K",
+        entries: &[
+            "tandem_mma_q4_K",
+            "tandem_mmv_q4_K",
+            "tandem_wgmmq_q4_K",
+            "tandem_mmid_mma_q4_K",
+        ],
+    },
+    KernelUnit {
+        name: "q5_K",
+        define: "TANDEM_UNIT_Q5_K",
+        entries: &[
+            "tandem_mma_q5_K",
+            "tandem_mmv_q5_K",
+            "tandem_wgmmq_q5_K",
+            "tandem_mmid_mma_q5_K",
+        ],
+    },
+    KernelUnit {
+        name: "q6_K",
+        define: "TANDEM_UNIT_Q6_K",
+        entries: &["tandem_mma_q6_K", "tandem_mmv_q6_K", "tandem_mmid_mma_q6_K"],
+    },
+];
