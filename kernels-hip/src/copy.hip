@@ -11,6 +11,14 @@
 //
 // Also here: tandem_read_probe, the same-size read that `tandem perf-ops` times beside a case.
 #include "tandem_hip.h"
+
+// Compile units: the runtime builds this family a part at a time (-DTANDEM_UNIT=1 and
+// TANDEM_UNIT_COMMON for byte copies and the read probe, _FLOAT for the float conversions,
+// _<TYPE> for one quantized destination); without TANDEM_UNIT every entry is defined
+// (kernels-hip/src/fam/convert.rs).
+#if !defined(TANDEM_UNIT)
+#define TANDEM_UNIT_ALL 1
+#endif
 #include "tandem_quant.h"
 
 // Mirrors `CopyShape` in backend/src/gpu/ops/copy.rs (four blocks of four i64).
@@ -72,45 +80,61 @@ TANDEM_DEVICE void tandem_copy(const char* src, char* dst, const tandem_copy_sha
     }
 }
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_COMMON
 extern "C" __global__ void __launch_bounds__(256)
 tandem_cpy_b32(const char* src, char* dst, tandem_copy_shape s) {
     tandem_copy<tandem_bits<u32> >(src, dst, s);
 }
+#endif
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_COMMON
 extern "C" __global__ void __launch_bounds__(256)
 tandem_cpy_b16(const char* src, char* dst, tandem_copy_shape s) {
     tandem_copy<tandem_bits<u16> >(src, dst, s);
 }
+#endif
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_FLOAT
 extern "C" __global__ void __launch_bounds__(256)
 tandem_cpy_f32_f16(const char* src, char* dst, tandem_copy_shape s) {
     tandem_copy<tandem_convert<tandem_fmt_f32, tandem_fmt_f16> >(src, dst, s);
 }
+#endif
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_FLOAT
 extern "C" __global__ void __launch_bounds__(256)
 tandem_cpy_f32_bf16(const char* src, char* dst, tandem_copy_shape s) {
     tandem_copy<tandem_convert<tandem_fmt_f32, tandem_fmt_bf16> >(src, dst, s);
 }
+#endif
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_FLOAT
 extern "C" __global__ void __launch_bounds__(256)
 tandem_cpy_f16_f32(const char* src, char* dst, tandem_copy_shape s) {
     tandem_copy<tandem_convert<tandem_fmt_f16, tandem_fmt_f32> >(src, dst, s);
 }
+#endif
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_FLOAT
 extern "C" __global__ void __launch_bounds__(256)
 tandem_cpy_bf16_f32(const char* src, char* dst, tandem_copy_shape s) {
     tandem_copy<tandem_convert<tandem_fmt_bf16, tandem_fmt_f32> >(src, dst, s);
 }
+#endif
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_FLOAT
 extern "C" __global__ void __launch_bounds__(256)
 tandem_cpy_f16_bf16(const char* src, char* dst, tandem_copy_shape s) {
     tandem_copy<tandem_convert<tandem_fmt_f16, tandem_fmt_bf16> >(src, dst, s);
 }
+#endif
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_FLOAT
 extern "C" __global__ void __launch_bounds__(256)
 tandem_cpy_bf16_f16(const char* src, char* dst, tandem_copy_shape s) {
     tandem_copy<tandem_convert<tandem_fmt_bf16, tandem_fmt_f16> >(src, dst, s);
 }
+#endif
 
 // ---- f32 into 32-element quantized blocks (block quantizers: tandem_quant.h) ----
 
@@ -154,30 +178,40 @@ TANDEM_DEVICE void tandem_quantize_copy(const char* src, char* dst, const tandem
     }
 }
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q8_0
 extern "C" __global__ void __launch_bounds__(128)
 tandem_cpy_f32_q8_0(const char* src, char* dst, tandem_copy_shape s) {
     tandem_quantize_copy<tandem_quantize_q8_0>(src, dst, s);
 }
+#endif
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q4_0
 extern "C" __global__ void __launch_bounds__(128)
 tandem_cpy_f32_q4_0(const char* src, char* dst, tandem_copy_shape s) {
     tandem_quantize_copy<tandem_quantize_q4_0>(src, dst, s);
 }
+#endif
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q4_1
 extern "C" __global__ void __launch_bounds__(128)
 tandem_cpy_f32_q4_1(const char* src, char* dst, tandem_copy_shape s) {
     tandem_quantize_copy<tandem_quantize_q4_1>(src, dst, s);
 }
+#endif
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q5_0
 extern "C" __global__ void __launch_bounds__(128)
 tandem_cpy_f32_q5_0(const char* src, char* dst, tandem_copy_shape s) {
     tandem_quantize_copy<tandem_quantize_q5_0>(src, dst, s);
 }
+#endif
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q5_1
 extern "C" __global__ void __launch_bounds__(128)
 tandem_cpy_f32_q5_1(const char* src, char* dst, tandem_copy_shape s) {
     tandem_quantize_copy<tandem_quantize_q5_1>(src, dst, s);
 }
+#endif
 
 // The read probe of `tandem perf-ops`: reads the n16 16-byte words at src once, four in flight
 // per thread (one 16 KiB stretch per block), as a weight-streaming kernel reads its weights.
@@ -185,6 +219,7 @@ tandem_cpy_f32_q5_1(const char* src, char* dst, tandem_copy_shape s) {
 // `never`: no load can be dropped, and a write happens for one data fold in 2^32.
 #define TANDEM_READ_PROBE_THREADS 256
 #define TANDEM_READ_PROBE_UNROLL 4
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_COMMON
 extern "C" __global__ void __launch_bounds__(TANDEM_READ_PROBE_THREADS)
 tandem_read_probe(const uint4* src, i64 n16, u32 never, u32* out) {
     // Back to back as dependent launches, each probe's loads overlap the end of the one ahead.
@@ -204,3 +239,4 @@ tandem_read_probe(const uint4* src, i64 n16, u32 never, u32* out) {
     for (int u = 0; u < TANDEM_READ_PROBE_UNROLL; ++u) x += v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
     if (x == never) out[0] = x;
 }
+#endif

@@ -48,6 +48,8 @@ pub fn units_of(family: &str) -> &'static [KernelUnit] {
         "flash_attn" => fam::FLASH_ATTN_UNITS,
         "mma" => fam::MMA_UNITS,
         "elementwise" => fam::ELEMENTWISE_UNITS,
+        "copy" => fam::COPY_UNITS,
+        "setrows" => fam::SETROWS_UNITS,
         _ => &[],
     }
 }

@@ -19,6 +19,13 @@
 // for quantized rows), flat over [units of a row, n, ne2, ne3] with a grid-stride loop, so
 // consecutive threads write consecutive elements or blocks of a row.
 #include "tandem_hip.h"
+
+// Compile units: the runtime builds this family a part at a time (-DTANDEM_UNIT=1 and
+// TANDEM_UNIT_COMMON for the index checks, _FLOAT for f32/f16/bf16 rows, _<TYPE> for one
+// quantized type); without TANDEM_UNIT every entry is defined (kernels-hip/src/fam/convert.rs).
+#if !defined(TANDEM_UNIT)
+#define TANDEM_UNIT_ALL 1
+#endif
 #include "tandem_quant.h"
 
 // Mirrors `SetRowsShape` in backend/src/gpu/ops/setrows.rs (four blocks of four i64, four i64).
@@ -47,6 +54,7 @@ TANDEM_DEVICE u64 tandem_set_rows_hash(u64 key, i64 slots) {
 }
 
 // Clears `slots` table entries: no key, no row.
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_COMMON
 extern "C" __global__ void __launch_bounds__(256)
 tandem_set_rows_clear(u64* keys, i32* lasts, i64 slots) {
     for (i64 k = (i64)blockIdx.x * blockDim.x + threadIdx.x; k < slots; k += (i64)gridDim.x * blockDim.x) {
@@ -54,6 +62,7 @@ tandem_set_rows_clear(u64* keys, i32* lasts, i64 slots) {
         lasts[k] = -1;
     }
 }
+#endif
 
 // Records, for every valid index value of every index plane, the largest source row holding it.
 // Open addressing with linear probing; a table of >= 2n slots always has a free slot.
@@ -83,15 +92,19 @@ TANDEM_DEVICE void tandem_set_rows_mark(const char* idx, u64* keys, i32* lasts, 
     }
 }
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_COMMON
 extern "C" __global__ void __launch_bounds__(256)
 tandem_set_rows_mark_i32(const char* idx, u64* keys, i32* lasts, tandem_set_rows_shape s) {
     tandem_set_rows_mark<i32>(idx, keys, lasts, s);
 }
+#endif
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_COMMON
 extern "C" __global__ void __launch_bounds__(256)
 tandem_set_rows_mark_i64(const char* idx, u64* keys, i32* lasts, tandem_set_rows_shape s) {
     tandem_set_rows_mark<i64>(idx, keys, lasts, s);
 }
+#endif
 
 // The dst row source row (i, i2, i3) writes, or -1 when it writes nothing (index out of range,
 // or a later source row of the plane holds the same index).
@@ -187,98 +200,130 @@ TANDEM_DEVICE void tandem_set_rows(const char* src, const char* idx, char* dst, 
 }
 
 // One entry per (dst type, index type); the names are listed in kernels-hip/src/fam/convert.rs.
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_FLOAT
 extern "C" __global__ void __launch_bounds__(256)
 tandem_set_rows_f32_i32(const char* src, const char* idx, char* dst, const u64* keys, const i32* lasts,
                         tandem_set_rows_shape s) {
     tandem_set_rows<i32, tandem_set_rows_to_f32>(src, idx, dst, keys, lasts, s);
 }
+#endif
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_FLOAT
 extern "C" __global__ void __launch_bounds__(256)
 tandem_set_rows_f32_i64(const char* src, const char* idx, char* dst, const u64* keys, const i32* lasts,
                         tandem_set_rows_shape s) {
     tandem_set_rows<i64, tandem_set_rows_to_f32>(src, idx, dst, keys, lasts, s);
 }
+#endif
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_FLOAT
 extern "C" __global__ void __launch_bounds__(256)
 tandem_set_rows_f16_i32(const char* src, const char* idx, char* dst, const u64* keys, const i32* lasts,
                         tandem_set_rows_shape s) {
     tandem_set_rows<i32, tandem_set_rows_to_f16>(src, idx, dst, keys, lasts, s);
 }
+#endif
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_FLOAT
 extern "C" __global__ void __launch_bounds__(256)
 tandem_set_rows_f16_i64(const char* src, const char* idx, char* dst, const u64* keys, const i32* lasts,
                         tandem_set_rows_shape s) {
     tandem_set_rows<i64, tandem_set_rows_to_f16>(src, idx, dst, keys, lasts, s);
 }
+#endif
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_FLOAT
 extern "C" __global__ void __launch_bounds__(256)
 tandem_set_rows_bf16_i32(const char* src, const char* idx, char* dst, const u64* keys, const i32* lasts,
                         tandem_set_rows_shape s) {
     tandem_set_rows<i32, tandem_set_rows_to_bf16>(src, idx, dst, keys, lasts, s);
 }
+#endif
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_FLOAT
 extern "C" __global__ void __launch_bounds__(256)
 tandem_set_rows_bf16_i64(const char* src, const char* idx, char* dst, const u64* keys, const i32* lasts,
                         tandem_set_rows_shape s) {
     tandem_set_rows<i64, tandem_set_rows_to_bf16>(src, idx, dst, keys, lasts, s);
 }
+#endif
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q8_0
 extern "C" __global__ void __launch_bounds__(256)
 tandem_set_rows_q8_0_i32(const char* src, const char* idx, char* dst, const u64* keys, const i32* lasts,
                         tandem_set_rows_shape s) {
     tandem_set_rows<i32, tandem_set_rows_to_block<tandem_quantize_q8_0> >(src, idx, dst, keys, lasts, s);
 }
+#endif
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q8_0
 extern "C" __global__ void __launch_bounds__(256)
 tandem_set_rows_q8_0_i64(const char* src, const char* idx, char* dst, const u64* keys, const i32* lasts,
                         tandem_set_rows_shape s) {
     tandem_set_rows<i64, tandem_set_rows_to_block<tandem_quantize_q8_0> >(src, idx, dst, keys, lasts, s);
 }
+#endif
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q4_0
 extern "C" __global__ void __launch_bounds__(256)
 tandem_set_rows_q4_0_i32(const char* src, const char* idx, char* dst, const u64* keys, const i32* lasts,
                         tandem_set_rows_shape s) {
     tandem_set_rows<i32, tandem_set_rows_to_block<tandem_quantize_q4_0> >(src, idx, dst, keys, lasts, s);
 }
+#endif
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q4_0
 extern "C" __global__ void __launch_bounds__(256)
 tandem_set_rows_q4_0_i64(const char* src, const char* idx, char* dst, const u64* keys, const i32* lasts,
                         tandem_set_rows_shape s) {
     tandem_set_rows<i64, tandem_set_rows_to_block<tandem_quantize_q4_0> >(src, idx, dst, keys, lasts, s);
 }
+#endif
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q4_1
 extern "C" __global__ void __launch_bounds__(256)
 tandem_set_rows_q4_1_i32(const char* src, const char* idx, char* dst, const u64* keys, const i32* lasts,
                         tandem_set_rows_shape s) {
     tandem_set_rows<i32, tandem_set_rows_to_block<tandem_quantize_q4_1> >(src, idx, dst, keys, lasts, s);
 }
+#endif
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q4_1
 extern "C" __global__ void __launch_bounds__(256)
 tandem_set_rows_q4_1_i64(const char* src, const char* idx, char* dst, const u64* keys, const i32* lasts,
                         tandem_set_rows_shape s) {
     tandem_set_rows<i64, tandem_set_rows_to_block<tandem_quantize_q4_1> >(src, idx, dst, keys, lasts, s);
 }
+#endif
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q5_0
 extern "C" __global__ void __launch_bounds__(256)
 tandem_set_rows_q5_0_i32(const char* src, const char* idx, char* dst, const u64* keys, const i32* lasts,
                         tandem_set_rows_shape s) {
     tandem_set_rows<i32, tandem_set_rows_to_block<tandem_quantize_q5_0> >(src, idx, dst, keys, lasts, s);
 }
+#endif
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q5_0
 extern "C" __global__ void __launch_bounds__(256)
 tandem_set_rows_q5_0_i64(const char* src, const char* idx, char* dst, const u64* keys, const i32* lasts,
                         tandem_set_rows_shape s) {
     tandem_set_rows<i64, tandem_set_rows_to_block<tandem_quantize_q5_0> >(src, idx, dst, keys, lasts, s);
 }
+#endif
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q5_1
 extern "C" __global__ void __launch_bounds__(256)
 tandem_set_rows_q5_1_i32(const char* src, const char* idx, char* dst, const u64* keys, const i32* lasts,
                         tandem_set_rows_shape s) {
     tandem_set_rows<i32, tandem_set_rows_to_block<tandem_quantize_q5_1> >(src, idx, dst, keys, lasts, s);
 }
+#endif
 
+#if TANDEM_UNIT_ALL || TANDEM_UNIT_Q5_1
 extern "C" __global__ void __launch_bounds__(256)
 tandem_set_rows_q5_1_i64(const char* src, const char* idx, char* dst, const u64* keys, const i32* lasts,
                         tandem_set_rows_shape s) {
     tandem_set_rows<i64, tandem_set_rows_to_block<tandem_quantize_q5_1> >(src, idx, dst, keys, lasts, s);
 }
+#endif

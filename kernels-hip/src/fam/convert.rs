@@ -1,4 +1,4 @@
-use crate::KernelSource;
+use crate::{KernelSource, KernelUnit};
 
 /// Element conversion families: GET_ROWS (gather + dequantize to f32), CPY/CONT/DUP (float
 /// conversions, bit copies, quantizing copies) and SET_ROWS (scatter + convert or quantize).
@@ -73,5 +73,103 @@ pub(crate) const FAMILIES: &[KernelSource] = &[
             "tandem_set_rows_q5_1_i64",
         ],
         options: &[],
+    },
+];
+
+/// The `setrows` family's units (`crate::KernelUnit`): the index checks, the float row stores,
+/// and one a quantized cache type.
+pub(crate) const SETROWS_UNITS: &[KernelUnit] = &[
+    KernelUnit {
+        name: "common",
+        define: "TANDEM_UNIT_COMMON",
+        entries: &[
+            "tandem_set_rows_clear",
+            "tandem_set_rows_mark_i32",
+            "tandem_set_rows_mark_i64",
+        ],
+    },
+    KernelUnit {
+        name: "float",
+        define: "TANDEM_UNIT_FLOAT",
+        entries: &[
+            "tandem_set_rows_f32_i32",
+            "tandem_set_rows_f32_i64",
+            "tandem_set_rows_f16_i32",
+            "tandem_set_rows_f16_i64",
+            "tandem_set_rows_bf16_i32",
+            "tandem_set_rows_bf16_i64",
+        ],
+    },
+    KernelUnit {
+        name: "q8_0",
+        define: "TANDEM_UNIT_Q8_0",
+        entries: &["tandem_set_rows_q8_0_i32", "tandem_set_rows_q8_0_i64"],
+    },
+    KernelUnit {
+        name: "q4_0",
+        define: "TANDEM_UNIT_Q4_0",
+        entries: &["tandem_set_rows_q4_0_i32", "tandem_set_rows_q4_0_i64"],
+    },
+    KernelUnit {
+        name: "q4_1",
+        define: "TANDEM_UNIT_Q4_1",
+        entries: &["tandem_set_rows_q4_1_i32", "tandem_set_rows_q4_1_i64"],
+    },
+    KernelUnit {
+        name: "q5_0",
+        define: "TANDEM_UNIT_Q5_0",
+        entries: &["tandem_set_rows_q5_0_i32", "tandem_set_rows_q5_0_i64"],
+    },
+    KernelUnit {
+        name: "q5_1",
+        define: "TANDEM_UNIT_Q5_1",
+        entries: &["tandem_set_rows_q5_1_i32", "tandem_set_rows_q5_1_i64"],
+    },
+];
+
+/// The `copy` family's units (`crate::KernelUnit`): byte copies and the read probe, the float
+/// conversions, and one a quantized destination type.
+pub(crate) const COPY_UNITS: &[KernelUnit] = &[
+    KernelUnit {
+        name: "common",
+        define: "TANDEM_UNIT_COMMON",
+        entries: &["tandem_cpy_b32", "tandem_cpy_b16", "tandem_read_probe"],
+    },
+    KernelUnit {
+        name: "float",
+        define: "TANDEM_UNIT_FLOAT",
+        entries: &[
+            "tandem_cpy_f32_f16",
+            "tandem_cpy_f32_bf16",
+            "tandem_cpy_f16_f32",
+            "tandem_cpy_bf16_f32",
+            "tandem_cpy_f16_bf16",
+            "tandem_cpy_bf16_f16",
+        ],
+    },
+    KernelUnit {
+        name: "q8_0",
+        define: "TANDEM_UNIT_Q8_0",
+        entries: &["tandem_cpy_f32_q8_0"],
+    },
+    KernelUnit {
+        name: "q4_0",
+        define: "TANDEM_UNIT_Q4_0",
+        entries: &["tandem_cpy_f32_q4_0"],
+    },
+    KernelUnit {
+        name: "q4_1",
+        define: "TANDEM_UNIT_Q4_1",
+        entries: &["tandem_cpy_f32_q4_1"],
+    },
+    KernelUnit {
+        name: "q5_0",
+        define: "TANDEM_UNIT_Q5_0",
+        entries: &["tandem_cpy_f32_q5_0"],
+    },
+    KernelUnit {
+        name: "q5_1",
+        define: "TANDEM_UNIT_Q5_1",
+        entries: &["tandem_cpy_f32_q5_1"],
     },
 ];

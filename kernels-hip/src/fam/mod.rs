@@ -20,3 +20,5 @@ pub(crate) const GEMV_UNITS: &[KernelUnit] = matmul::GEMV_UNITS;
 pub(crate) const FLASH_ATTN_UNITS: &[KernelUnit] = rows::FLASH_ATTN_UNITS;
 pub(crate) const MMA_UNITS: &[KernelUnit] = matmul::MMA_UNITS;
 pub(crate) const ELEMENTWISE_UNITS: &[KernelUnit] = elementwise::ELEMENTWISE_UNITS;
+pub(crate) const SETROWS_UNITS: &[KernelUnit] = convert::SETROWS_UNITS;
+pub(crate) const COPY_UNITS: &[KernelUnit] = convert::COPY_UNITS;
