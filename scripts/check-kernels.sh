@@ -66,6 +66,9 @@ check_nvidia() {
     (cd "$root" && TANDEM_NVRTC="$lib" TANDEM_REQUIRE_NVRTC=1 TANDEM_CHECK_NVIDIA_ARCH="$nvidia_arch" \
         cargo test --quiet -p tandem-backend --lib gpu::check::tests::kernel_units_compile_with_nvrtc \
         -- --exact --nocapture) || return 1
+    (cd "$root" && TANDEM_NVRTC="$lib" TANDEM_REQUIRE_NVRTC=1 \
+        cargo test --quiet -p tandem-backend --lib gpu::check::tests::kernel_units_build_and_cache_apart \
+        -- --exact --nocapture) || return 1
     # The SASS of the kernels that prefetch weights ahead of their wait for the kernel ahead:
     # nvdisasm from its PyPI wheel, required here.
     local dis

@@ -165,6 +165,34 @@ mod tests {
         assert_eq!(failed, 0, "{failed} kernel unit(s) failed for {arch}");
     }
 
+    /// The runtime's build of a unit (`kernels::build`, as `Kernels::module` calls it): compiled
+    /// once into the disk cache under a key of its own, then read back by a fresh cache object;
+    /// another unit of the family is a second file, and what the first holds is its entries.
+    #[test]
+    fn kernel_units_build_and_cache_apart() {
+        use super::super::jit::{KernelCache, Origin};
+        use super::super::kernels::build;
+        let Some(c) = nvrtc_or_skip("kernel_units_build_and_cache_apart") else {
+            return;
+        };
+        let dir = std::env::temp_dir().join(format!("tandem-units-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let k = tandem_kernels_hip::find("gemv").expect("gemv");
+        let unit = tandem_kernels_hip::unit_of("gemv", "tandem_quantize_q8_1").expect("a unit");
+        let files = || std::fs::read_dir(&dir).map_or(0, |d| d.count());
+        let (code, origin) = build(&c, &KernelCache::new(Some(dir.clone())), k, Some(unit), "sm_90").expect("build");
+        assert_eq!(origin, Origin::Compiled);
+        assert!(unit.entries.iter().all(|e| contains(&code, e.as_bytes())));
+        assert!(!contains(&code, b"tandem_gemv_q4_0_u1"));
+        assert_eq!(files(), 1);
+        let (again, origin) = build(&c, &KernelCache::new(Some(dir.clone())), k, Some(unit), "sm_90").expect("load");
+        assert_eq!((origin, again.len()), (Origin::Disk, code.len()));
+        let other = tandem_kernels_hip::unit_of("gemv", "tandem_gemv_f32_c1").expect("a unit");
+        build(&c, &KernelCache::new(Some(dir.clone())), k, Some(other), "sm_90").expect("build");
+        assert_eq!(files(), 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// Kernels queued as dependent launches whose weight loads must be issued before their
     /// `tandem_grid_wait` (so that back to back they overlap the kernel ahead): in each, some
     /// `griddepcontrol.wait` (`ACQBULK`) comes after a 16-byte weight load (`LDG.E.NA.128` or
