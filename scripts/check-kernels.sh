@@ -54,28 +54,25 @@ check_nvidia() {
     local lib
     lib="$(wheel_file "$nvrtc_wheel" nvrtc-wheel -name 'libnvrtc.so.*' ! -name '*builtins*')" || return 1
     echo "check-kernels: nvidia $nvidia_arch with $lib (builds tandem-backend's tests first)"
-    # TANDEM_REQUIRE_NVRTC turns the test's "NVRTC not found" skip into a failure.
-    (cd "$root" && TANDEM_NVRTC="$lib" TANDEM_REQUIRE_NVRTC=1 TANDEM_CHECK_NVIDIA_ARCH="$nvidia_arch" \
-        cargo test --quiet -p tandem-backend --lib gpu::check::tests::catalog_compiles_with_nvrtc \
-        -- --exact --nocapture) || return 1
+    # One check test by name; TANDEM_REQUIRE_NVRTC turns its "NVRTC not found" skip into a
+    # failure; VAR=value arguments go to its environment.
+    nvrtc_test() {
+        local name=$1
+        shift
+        (cd "$root" && env TANDEM_NVRTC="$lib" TANDEM_REQUIRE_NVRTC=1 TANDEM_CHECK_NVIDIA_ARCH="$nvidia_arch" "$@" \
+            cargo test --quiet -p tandem-backend --lib "gpu::check::tests::$name" -- --exact --nocapture)
+    }
+    nvrtc_test catalog_compiles_with_nvrtc || return 1
     # The gemv family as TANDEM_WEIGHTS_EVICT_FIRST=1 builds it.
-    (cd "$root" && TANDEM_NVRTC="$lib" TANDEM_REQUIRE_NVRTC=1 \
-        cargo test --quiet -p tandem-backend --lib gpu::check::tests::gemv_compiles_with_weights_evict_first \
-        -- --exact --nocapture) || return 1
-    # Each unit of the families the runtime compiles in units (gemv: one a weight type).
-    (cd "$root" && TANDEM_NVRTC="$lib" TANDEM_REQUIRE_NVRTC=1 TANDEM_CHECK_NVIDIA_ARCH="$nvidia_arch" \
-        cargo test --quiet -p tandem-backend --lib gpu::check::tests::kernel_units_compile_with_nvrtc \
-        -- --exact --nocapture) || return 1
-    (cd "$root" && TANDEM_NVRTC="$lib" TANDEM_REQUIRE_NVRTC=1 \
-        cargo test --quiet -p tandem-backend --lib gpu::check::tests::kernel_units_build_and_cache_apart \
-        -- --exact --nocapture) || return 1
+    nvrtc_test gemv_compiles_with_weights_evict_first || return 1
+    # Each unit of the families the runtime compiles in units, and the runtime's build of one.
+    nvrtc_test kernel_units_compile_with_nvrtc || return 1
+    nvrtc_test kernel_units_build_and_cache_apart || return 1
     # The SASS of the kernels that prefetch weights ahead of their wait for the kernel ahead:
     # nvdisasm from its PyPI wheel, required here.
     local dis
     dis="$(wheel_file "$nvdisasm_wheel" nvdisasm-wheel -name nvdisasm -type f)" || return 1
-    (cd "$root" && TANDEM_NVRTC="$lib" TANDEM_REQUIRE_NVRTC=1 TANDEM_NVDISASM="$dis" TANDEM_REQUIRE_NVDISASM=1 \
-        cargo test --quiet -p tandem-backend --lib gpu::check::tests::dependent_kernels_load_before_their_wait \
-        -- --exact --nocapture)
+    nvrtc_test dependent_kernels_load_before_their_wait TANDEM_NVDISASM="$dis" TANDEM_REQUIRE_NVDISASM=1
 }
 
 # ---------------------------------------------------------------- AMD through clang-19

@@ -21,22 +21,32 @@ pub struct KernelSource {
     /// File name under `kernels-hip/src/`, for messages and the offline compile check.
     pub file: &'static str,
     pub source: &'static str,
-    /// `extern "C"` kernels the family defines (unmangled, so these are the symbol names).
+    /// `extern "C"` kernels the family defines (unmangled, so these are the symbol names); for a
+    /// family compiled in units, its units' entries in [`catalog`] (its own list is empty).
     pub entries: &'static [&'static str],
     /// Compiler options of this family on top of the runtime's own (arch, language standard).
     pub options: &'static [&'static str],
 }
 
-/// A part of a family compiled on its own: its source with `-DTANDEM_UNIT=1 -D<define>=1`
+/// A part of a family compiled on its own: its source with `-DTANDEM_UNIT=1 -DTANDEM_UNIT_<NAME>=1`
 /// holds `entries` only, so a model that needs one weight type's kernels compiles those alone
 /// (the whole `gemv` family takes over a minute of ptxas; its q4_0 part a tenth of that).
 #[derive(Clone, Copy, Debug)]
 pub struct KernelUnit {
     /// Short name, e.g. `q4_0`; the program is named `<family>.<name>`.
     pub name: &'static str,
-    /// The macro the family's source tests for this unit's entries.
-    pub define: &'static str,
     pub entries: &'static [&'static str],
+}
+
+impl KernelUnit {
+    pub const fn new(name: &'static str, entries: &'static [&'static str]) -> KernelUnit {
+        KernelUnit { name, entries }
+    }
+
+    /// The macro the family's source tests for this unit's entries: `TANDEM_UNIT_<NAME>`.
+    pub fn define(&self) -> String {
+        format!("TANDEM_UNIT_{}", self.name.to_uppercase())
+    }
 }
 
 mod fam;
@@ -62,7 +72,21 @@ pub fn unit_of(family: &str, entry: &str) -> Option<&'static KernelUnit> {
 /// Every kernel source tandem ships, in a fixed order (one entry per `*.hip` family).
 pub fn catalog() -> &'static [KernelSource] {
     static ALL: std::sync::OnceLock<Vec<KernelSource>> = std::sync::OnceLock::new();
-    ALL.get_or_init(|| fam::PARTS.iter().flat_map(|p| p.iter().copied()).collect())
+    ALL.get_or_init(|| {
+        fam::PARTS
+            .iter()
+            .flat_map(|p| p.iter().copied())
+            .map(|mut k| {
+                // A family compiled in units lists its entries once, in its units.
+                let units = units_of(k.family);
+                if !units.is_empty() {
+                    let all: Vec<&'static str> = units.iter().flat_map(|u| u.entries.iter().copied()).collect();
+                    k.entries = Box::leak(all.into_boxed_slice());
+                }
+                k
+            })
+            .collect()
+    })
 }
 
 /// The catalog entry of `family`.
@@ -109,10 +133,10 @@ mod tests {
             for u in units {
                 assert!(u.entries.iter().all(|e| k.entries.contains(e)), "unit {}", u.name);
                 assert!(
-                    k.source.contains(&format!("|| {}", u.define)),
+                    k.source.contains(&format!("|| {}", u.define())),
                     "{} lacks {}",
                     k.file,
-                    u.define
+                    u.define()
                 );
             }
             assert!(k.source.contains("TANDEM_UNIT_ALL"), "{}", k.file);

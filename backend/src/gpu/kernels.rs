@@ -53,7 +53,7 @@ pub fn options_for_unit(
     o.extend(k.options.iter().map(|s| s.to_string()));
     if let Some(u) = unit {
         o.push("-DTANDEM_UNIT=1".to_string());
-        o.push(format!("-D{}=1", u.define));
+        o.push(format!("-D{}=1", u.define()));
     }
     // Only the GEMVs stream weights through tandem_ld_stream16 / tandem_seg_cp16; the other
     // families keep their one cached build.

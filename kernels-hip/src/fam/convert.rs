@@ -29,49 +29,14 @@ pub(crate) const FAMILIES: &[KernelSource] = &[
         family: "copy",
         file: "copy.hip",
         source: include_str!("../copy.hip"),
-        entries: &[
-            "tandem_cpy_b32",
-            "tandem_cpy_b16",
-            "tandem_cpy_f32_f16",
-            "tandem_cpy_f32_bf16",
-            "tandem_cpy_f16_f32",
-            "tandem_cpy_bf16_f32",
-            "tandem_cpy_f16_bf16",
-            "tandem_cpy_bf16_f16",
-            "tandem_cpy_f32_q8_0",
-            "tandem_cpy_f32_q4_0",
-            "tandem_cpy_f32_q4_1",
-            "tandem_cpy_f32_q5_0",
-            "tandem_cpy_f32_q5_1",
-            "tandem_read_probe",
-        ],
+        entries: &[], // the units' entries (`crate::units_of`)
         options: &[],
     },
     KernelSource {
         family: "setrows",
         file: "setrows.hip",
         source: include_str!("../setrows.hip"),
-        entries: &[
-            "tandem_set_rows_clear",
-            "tandem_set_rows_mark_i32",
-            "tandem_set_rows_mark_i64",
-            "tandem_set_rows_f32_i32",
-            "tandem_set_rows_f32_i64",
-            "tandem_set_rows_f16_i32",
-            "tandem_set_rows_f16_i64",
-            "tandem_set_rows_bf16_i32",
-            "tandem_set_rows_bf16_i64",
-            "tandem_set_rows_q8_0_i32",
-            "tandem_set_rows_q8_0_i64",
-            "tandem_set_rows_q4_0_i32",
-            "tandem_set_rows_q4_0_i64",
-            "tandem_set_rows_q4_1_i32",
-            "tandem_set_rows_q4_1_i64",
-            "tandem_set_rows_q5_0_i32",
-            "tandem_set_rows_q5_0_i64",
-            "tandem_set_rows_q5_1_i32",
-            "tandem_set_rows_q5_1_i64",
-        ],
+        entries: &[], // the units' entries (`crate::units_of`)
         options: &[],
     },
 ];
@@ -79,19 +44,17 @@ pub(crate) const FAMILIES: &[KernelSource] = &[
 /// The `setrows` family's units (`crate::KernelUnit`): the index checks, the float row stores,
 /// and one a quantized cache type.
 pub(crate) const SETROWS_UNITS: &[KernelUnit] = &[
-    KernelUnit {
-        name: "common",
-        define: "TANDEM_UNIT_COMMON",
-        entries: &[
+    KernelUnit::new(
+        "common",
+        &[
             "tandem_set_rows_clear",
             "tandem_set_rows_mark_i32",
             "tandem_set_rows_mark_i64",
         ],
-    },
-    KernelUnit {
-        name: "float",
-        define: "TANDEM_UNIT_FLOAT",
-        entries: &[
+    ),
+    KernelUnit::new(
+        "float",
+        &[
             "tandem_set_rows_f32_i32",
             "tandem_set_rows_f32_i64",
             "tandem_set_rows_f16_i32",
@@ -99,46 +62,21 @@ pub(crate) const SETROWS_UNITS: &[KernelUnit] = &[
             "tandem_set_rows_bf16_i32",
             "tandem_set_rows_bf16_i64",
         ],
-    },
-    KernelUnit {
-        name: "q8_0",
-        define: "TANDEM_UNIT_Q8_0",
-        entries: &["tandem_set_rows_q8_0_i32", "tandem_set_rows_q8_0_i64"],
-    },
-    KernelUnit {
-        name: "q4_0",
-        define: "TANDEM_UNIT_Q4_0",
-        entries: &["tandem_set_rows_q4_0_i32", "tandem_set_rows_q4_0_i64"],
-    },
-    KernelUnit {
-        name: "q4_1",
-        define: "TANDEM_UNIT_Q4_1",
-        entries: &["tandem_set_rows_q4_1_i32", "tandem_set_rows_q4_1_i64"],
-    },
-    KernelUnit {
-        name: "q5_0",
-        define: "TANDEM_UNIT_Q5_0",
-        entries: &["tandem_set_rows_q5_0_i32", "tandem_set_rows_q5_0_i64"],
-    },
-    KernelUnit {
-        name: "q5_1",
-        define: "TANDEM_UNIT_Q5_1",
-        entries: &["tandem_set_rows_q5_1_i32", "tandem_set_rows_q5_1_i64"],
-    },
+    ),
+    KernelUnit::new("q8_0", &["tandem_set_rows_q8_0_i32", "tandem_set_rows_q8_0_i64"]),
+    KernelUnit::new("q4_0", &["tandem_set_rows_q4_0_i32", "tandem_set_rows_q4_0_i64"]),
+    KernelUnit::new("q4_1", &["tandem_set_rows_q4_1_i32", "tandem_set_rows_q4_1_i64"]),
+    KernelUnit::new("q5_0", &["tandem_set_rows_q5_0_i32", "tandem_set_rows_q5_0_i64"]),
+    KernelUnit::new("q5_1", &["tandem_set_rows_q5_1_i32", "tandem_set_rows_q5_1_i64"]),
 ];
 
 /// The `copy` family's units (`crate::KernelUnit`): byte copies and the read probe, the float
 /// conversions, and one a quantized destination type.
 pub(crate) const COPY_UNITS: &[KernelUnit] = &[
-    KernelUnit {
-        name: "common",
-        define: "TANDEM_UNIT_COMMON",
-        entries: &["tandem_cpy_b32", "tandem_cpy_b16", "tandem_read_probe"],
-    },
-    KernelUnit {
-        name: "float",
-        define: "TANDEM_UNIT_FLOAT",
-        entries: &[
+    KernelUnit::new("common", &["tandem_cpy_b32", "tandem_cpy_b16", "tandem_read_probe"]),
+    KernelUnit::new(
+        "float",
+        &[
             "tandem_cpy_f32_f16",
             "tandem_cpy_f32_bf16",
             "tandem_cpy_f16_f32",
@@ -146,30 +84,10 @@ pub(crate) const COPY_UNITS: &[KernelUnit] = &[
             "tandem_cpy_f16_bf16",
             "tandem_cpy_bf16_f16",
         ],
-    },
-    KernelUnit {
-        name: "q8_0",
-        define: "TANDEM_UNIT_Q8_0",
-        entries: &["tandem_cpy_f32_q8_0"],
-    },
-    KernelUnit {
-        name: "q4_0",
-        define: "TANDEM_UNIT_Q4_0",
-        entries: &["tandem_cpy_f32_q4_0"],
-    },
-    KernelUnit {
-        name: "q4_1",
-        define: "TANDEM_UNIT_Q4_1",
-        entries: &["tandem_cpy_f32_q4_1"],
-    },
-    KernelUnit {
-        name: "q5_0",
-        define: "TANDEM_UNIT_Q5_0",
-        entries: &["tandem_cpy_f32_q5_0"],
-    },
-    KernelUnit {
-        name: "q5_1",
-        define: "TANDEM_UNIT_Q5_1",
-        entries: &["tandem_cpy_f32_q5_1"],
-    },
+    ),
+    KernelUnit::new("q8_0", &["tandem_cpy_f32_q8_0"]),
+    KernelUnit::new("q4_0", &["tandem_cpy_f32_q4_0"]),
+    KernelUnit::new("q4_1", &["tandem_cpy_f32_q4_1"]),
+    KernelUnit::new("q5_0", &["tandem_cpy_f32_q5_0"]),
+    KernelUnit::new("q5_1", &["tandem_cpy_f32_q5_1"]),
 ];

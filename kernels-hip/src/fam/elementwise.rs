@@ -6,33 +6,16 @@ pub(crate) const FAMILIES: &[KernelSource] = &[KernelSource {
     family: "elementwise",
     file: "elementwise.hip",
     source: include_str!("../elementwise.hip"),
-    entries: &[
-        "tandem_add_f32",
-        "tandem_sub_f32",
-        "tandem_mul_f32",
-        "tandem_div_f32",
-        "tandem_binary_any",
-        "tandem_swiglu4_f32",
-        "tandem_geglu4_f32",
-        "tandem_reglu4_f32",
-        "tandem_geglu_erf4_f32",
-        "tandem_geglu_quick4_f32",
-        "tandem_scale_f32",
-        "tandem_silu_f32",
-        "tandem_unary_any",
-        "tandem_add_id_f32",
-        "tandem_moe_sum_f32",
-    ],
+    entries: &[], // the units' entries (`crate::units_of`)
     options: &[],
 }];
 
 /// The `elementwise` family's units (`crate::KernelUnit`): the generic binary and unary kernels
 /// (every type mix and op, most of the family's compile time) apart from the f32 fast paths.
 pub(crate) const ELEMENTWISE_UNITS: &[KernelUnit] = &[
-    KernelUnit {
-        name: "common",
-        define: "TANDEM_UNIT_COMMON",
-        entries: &[
+    KernelUnit::new(
+        "common",
+        &[
             "tandem_add_f32",
             "tandem_sub_f32",
             "tandem_mul_f32",
@@ -47,15 +30,7 @@ pub(crate) const ELEMENTWISE_UNITS: &[KernelUnit] = &[
             "tandem_add_id_f32",
             "tandem_moe_sum_f32",
         ],
-    },
-    KernelUnit {
-        name: "binary",
-        define: "TANDEM_UNIT_BINARY",
-        entries: &["tandem_binary_any"],
-    },
-    KernelUnit {
-        name: "unary",
-        define: "TANDEM_UNIT_UNARY",
-        entries: &["tandem_unary_any"],
-    },
+    ),
+    KernelUnit::new("binary", &["tandem_binary_any"]),
+    KernelUnit::new("unary", &["tandem_unary_any"]),
 ];

@@ -8,67 +8,7 @@ pub(crate) const FAMILIES: &[KernelSource] = &[
         family: "gemv",
         file: "gemv.hip",
         source: include_str!("../gemv.hip"),
-        entries: &[
-            "tandem_quantize_q8_1",
-            "tandem_q8_round_f32",
-            "tandem_gemv_f32_c1",
-            "tandem_gemv_f32_c8",
-            "tandem_gemv_f16_c1",
-            "tandem_gemv_f16_c8",
-            "tandem_gemv_bf16_c1",
-            "tandem_gemv_bf16_c8",
-            "tandem_gemv_q4_0_c1",
-            "tandem_gemv_q4_0_c8",
-            "tandem_gemv_q4_0_s1",
-            "tandem_gemv_q4_0_u1",
-            "tandem_gemv_q4_0_n1",
-            "tandem_gemv_q4_1_c1",
-            "tandem_gemv_q4_1_c8",
-            "tandem_gemv_q5_0_c1",
-            "tandem_gemv_q5_0_c8",
-            "tandem_gemv_q5_1_c1",
-            "tandem_gemv_q5_1_c8",
-            "tandem_gemv_q8_0_c1",
-            "tandem_gemv_q8_0_c8",
-            "tandem_gemv_q8_0_u1",
-            "tandem_gemv_q8_0_n1",
-            "tandem_gemv_q2_K_c1",
-            "tandem_gemv_q2_K_c8",
-            "tandem_gemv_q3_K_c1",
-            "tandem_gemv_q3_K_c8",
-            "tandem_gemv_q4_K_c1",
-            "tandem_gemv_q4_K_c8",
-            "tandem_gemv_q4_K_s1",
-            "tandem_gemv_q4_K_u1",
-            "tandem_gemv_q4_K_n1",
-            "tandem_gemv_q5_K_c1",
-            "tandem_gemv_q5_K_c8",
-            "tandem_gemv_q6_K_c1",
-            "tandem_gemv_q6_K_c8",
-            "tandem_gemv_q6_K_u1",
-            "tandem_gemv_q6_K_n1",
-            "tandem_gemv_iq4_nl_c1",
-            "tandem_gemv_iq4_nl_c8",
-            "tandem_gemv_iq4_nl_s1",
-            "tandem_mul_mat_id_f32",
-            "tandem_mul_mat_id_f16",
-            "tandem_mul_mat_id_bf16",
-            "tandem_mul_mat_id_q4_0",
-            "tandem_mul_mat_id_q4_1",
-            "tandem_mul_mat_id_q5_0",
-            "tandem_mul_mat_id_q5_1",
-            "tandem_mul_mat_id_q8_0",
-            "tandem_mul_mat_id_q2_K",
-            "tandem_mul_mat_id_q3_K",
-            "tandem_mul_mat_id_q4_K",
-            "tandem_mul_mat_id_q5_K",
-            "tandem_mul_mat_id_q6_K",
-            "tandem_mul_mat_id_iq4_nl",
-            "tandem_mmid_q4_0_u1",
-            "tandem_mmid_q8_0_u1",
-            "tandem_mmid_q4_K_u1",
-            "tandem_mmid_q6_K_u1",
-        ],
+        entries: &[], // the units' entries (`crate::units_of`)
         options: &[],
     },
     KernelSource {
@@ -99,63 +39,7 @@ pub(crate) const FAMILIES: &[KernelSource] = &[
         family: "mma",
         file: "mma.hip",
         source: include_str!("../mma.hip"),
-        entries: &[
-            "tandem_mma_q4_0",
-            "tandem_mma_q4_1",
-            "tandem_mma_q5_0",
-            "tandem_mma_q5_1",
-            "tandem_mma_q8_0",
-            "tandem_mma_iq4_nl",
-            "tandem_mma_q4_K",
-            "tandem_mma_q5_K",
-            "tandem_mma_q2_K",
-            "tandem_mma_q3_K",
-            "tandem_mma_q6_K",
-            "tandem_mma_f16",
-            "tandem_mma_bf16",
-            "tandem_mmv_q4_0",
-            "tandem_mmv_q4_1",
-            "tandem_mmv_q5_0",
-            "tandem_mmv_q5_1",
-            "tandem_mmv_q8_0",
-            "tandem_mmv_iq4_nl",
-            "tandem_mmv_q4_K",
-            "tandem_mmv_q5_K",
-            "tandem_mmv_q2_K",
-            "tandem_mmv_q3_K",
-            "tandem_mmv_q6_K",
-            "tandem_wgmma_f16",
-            "tandem_wgmma_bf16",
-            "tandem_wgmma_q4_0",
-            "tandem_wgmma_q4_1",
-            "tandem_wgmma_q5_0",
-            "tandem_wgmma_q5_1",
-            "tandem_wgmma_q8_0",
-            "tandem_wgmma_iq4_nl",
-            "tandem_wgmmq_q4_0",
-            "tandem_wgmmq_q4_1",
-            "tandem_wgmmq_q5_0",
-            "tandem_wgmmq_q5_1",
-            "tandem_wgmmq_q8_0",
-            "tandem_wgmmq_iq4_nl",
-            "tandem_wgmmq_q4_K",
-            "tandem_wgmmq_q5_K",
-            "tandem_mma_f16_copy",
-            "tandem_mma_bf16_copy",
-            "tandem_mma_f16_q8_copy",
-            "tandem_mmid_route",
-            "tandem_mmid_mma_q4_0",
-            "tandem_mmid_mma_q4_1",
-            "tandem_mmid_mma_q5_0",
-            "tandem_mmid_mma_q5_1",
-            "tandem_mmid_mma_q8_0",
-            "tandem_mmid_mma_iq4_nl",
-            "tandem_mmid_mma_q4_K",
-            "tandem_mmid_mma_q5_K",
-            "tandem_mmid_mma_q2_K",
-            "tandem_mmid_mma_q3_K",
-            "tandem_mmid_mma_q6_K",
-        ],
+        entries: &[], // the units' entries (`crate::units_of`)
         options: &[],
     },
     // The same source built with the WMMA tiles' entries: native on AMD gfx11 / gfx12, emulated
@@ -198,30 +82,22 @@ pub(crate) const FAMILIES: &[KernelSource] = &[
 /// The `gemv` family's units (`crate::KernelUnit`): one a weight type (its GEMVs and MUL_MAT_IDs of
 /// every form), and the activation quantizers apart.
 pub(crate) const GEMV_UNITS: &[KernelUnit] = &[
-    KernelUnit {
-        name: "common",
-        define: "TANDEM_UNIT_COMMON",
-        entries: &["tandem_quantize_q8_1", "tandem_q8_round_f32"],
-    },
-    KernelUnit {
-        name: "f32",
-        define: "TANDEM_UNIT_F32",
-        entries: &["tandem_gemv_f32_c1", "tandem_gemv_f32_c8", "tandem_mul_mat_id_f32"],
-    },
-    KernelUnit {
-        name: "f16",
-        define: "TANDEM_UNIT_F16",
-        entries: &["tandem_gemv_f16_c1", "tandem_gemv_f16_c8", "tandem_mul_mat_id_f16"],
-    },
-    KernelUnit {
-        name: "bf16",
-        define: "TANDEM_UNIT_BF16",
-        entries: &["tandem_gemv_bf16_c1", "tandem_gemv_bf16_c8", "tandem_mul_mat_id_bf16"],
-    },
-    KernelUnit {
-        name: "q4_0",
-        define: "TANDEM_UNIT_Q4_0",
-        entries: &[
+    KernelUnit::new("common", &["tandem_quantize_q8_1", "tandem_q8_round_f32"]),
+    KernelUnit::new(
+        "f32",
+        &["tandem_gemv_f32_c1", "tandem_gemv_f32_c8", "tandem_mul_mat_id_f32"],
+    ),
+    KernelUnit::new(
+        "f16",
+        &["tandem_gemv_f16_c1", "tandem_gemv_f16_c8", "tandem_mul_mat_id_f16"],
+    ),
+    KernelUnit::new(
+        "bf16",
+        &["tandem_gemv_bf16_c1", "tandem_gemv_bf16_c8", "tandem_mul_mat_id_bf16"],
+    ),
+    KernelUnit::new(
+        "q4_0",
+        &[
             "tandem_gemv_q4_0_c1",
             "tandem_gemv_q4_0_c8",
             "tandem_gemv_q4_0_s1",
@@ -230,26 +106,22 @@ pub(crate) const GEMV_UNITS: &[KernelUnit] = &[
             "tandem_mul_mat_id_q4_0",
             "tandem_mmid_q4_0_u1",
         ],
-    },
-    KernelUnit {
-        name: "q4_1",
-        define: "TANDEM_UNIT_Q4_1",
-        entries: &["tandem_gemv_q4_1_c1", "tandem_gemv_q4_1_c8", "tandem_mul_mat_id_q4_1"],
-    },
-    KernelUnit {
-        name: "q5_0",
-        define: "TANDEM_UNIT_Q5_0",
-        entries: &["tandem_gemv_q5_0_c1", "tandem_gemv_q5_0_c8", "tandem_mul_mat_id_q5_0"],
-    },
-    KernelUnit {
-        name: "q5_1",
-        define: "TANDEM_UNIT_Q5_1",
-        entries: &["tandem_gemv_q5_1_c1", "tandem_gemv_q5_1_c8", "tandem_mul_mat_id_q5_1"],
-    },
-    KernelUnit {
-        name: "q8_0",
-        define: "TANDEM_UNIT_Q8_0",
-        entries: &[
+    ),
+    KernelUnit::new(
+        "q4_1",
+        &["tandem_gemv_q4_1_c1", "tandem_gemv_q4_1_c8", "tandem_mul_mat_id_q4_1"],
+    ),
+    KernelUnit::new(
+        "q5_0",
+        &["tandem_gemv_q5_0_c1", "tandem_gemv_q5_0_c8", "tandem_mul_mat_id_q5_0"],
+    ),
+    KernelUnit::new(
+        "q5_1",
+        &["tandem_gemv_q5_1_c1", "tandem_gemv_q5_1_c8", "tandem_mul_mat_id_q5_1"],
+    ),
+    KernelUnit::new(
+        "q8_0",
+        &[
             "tandem_gemv_q8_0_c1",
             "tandem_gemv_q8_0_c8",
             "tandem_gemv_q8_0_u1",
@@ -257,21 +129,18 @@ pub(crate) const GEMV_UNITS: &[KernelUnit] = &[
             "tandem_mul_mat_id_q8_0",
             "tandem_mmid_q8_0_u1",
         ],
-    },
-    KernelUnit {
-        name: "q2_K",
-        define: "TANDEM_UNIT_Q2_K",
-        entries: &["tandem_gemv_q2_K_c1", "tandem_gemv_q2_K_c8", "tandem_mul_mat_id_q2_K"],
-    },
-    KernelUnit {
-        name: "q3_K",
-        define: "TANDEM_UNIT_Q3_K",
-        entries: &["tandem_gemv_q3_K_c1", "tandem_gemv_q3_K_c8", "tandem_mul_mat_id_q3_K"],
-    },
-    KernelUnit {
-        name: "q4_K",
-        define: "TANDEM_UNIT_Q4_K",
-        entries: &[
+    ),
+    KernelUnit::new(
+        "q2_K",
+        &["tandem_gemv_q2_K_c1", "tandem_gemv_q2_K_c8", "tandem_mul_mat_id_q2_K"],
+    ),
+    KernelUnit::new(
+        "q3_K",
+        &["tandem_gemv_q3_K_c1", "tandem_gemv_q3_K_c8", "tandem_mul_mat_id_q3_K"],
+    ),
+    KernelUnit::new(
+        "q4_K",
+        &[
             "tandem_gemv_q4_K_c1",
             "tandem_gemv_q4_K_c8",
             "tandem_gemv_q4_K_s1",
@@ -280,16 +149,14 @@ pub(crate) const GEMV_UNITS: &[KernelUnit] = &[
             "tandem_mul_mat_id_q4_K",
             "tandem_mmid_q4_K_u1",
         ],
-    },
-    KernelUnit {
-        name: "q5_K",
-        define: "TANDEM_UNIT_Q5_K",
-        entries: &["tandem_gemv_q5_K_c1", "tandem_gemv_q5_K_c8", "tandem_mul_mat_id_q5_K"],
-    },
-    KernelUnit {
-        name: "q6_K",
-        define: "TANDEM_UNIT_Q6_K",
-        entries: &[
+    ),
+    KernelUnit::new(
+        "q5_K",
+        &["tandem_gemv_q5_K_c1", "tandem_gemv_q5_K_c8", "tandem_mul_mat_id_q5_K"],
+    ),
+    KernelUnit::new(
+        "q6_K",
+        &[
             "tandem_gemv_q6_K_c1",
             "tandem_gemv_q6_K_c8",
             "tandem_gemv_q6_K_u1",
@@ -297,142 +164,112 @@ pub(crate) const GEMV_UNITS: &[KernelUnit] = &[
             "tandem_mul_mat_id_q6_K",
             "tandem_mmid_q6_K_u1",
         ],
-    },
-    KernelUnit {
-        name: "iq4_nl",
-        define: "TANDEM_UNIT_IQ4_NL",
-        entries: &[
+    ),
+    KernelUnit::new(
+        "iq4_nl",
+        &[
             "tandem_gemv_iq4_nl_c1",
             "tandem_gemv_iq4_nl_c8",
             "tandem_gemv_iq4_nl_s1",
             "tandem_mul_mat_id_iq4_nl",
         ],
-    },
+    ),
 ];
 
 /// The `mma` family's units (`crate::KernelUnit`): one a weight type (its tensor-core tiles,
 /// batched-decode GEMV, Hopper GEMMs and MUL_MAT_ID tiles), and the activation copies and the
 /// MUL_MAT_ID routing apart.
 pub(crate) const MMA_UNITS: &[KernelUnit] = &[
-    KernelUnit {
-        name: "common",
-        define: "TANDEM_UNIT_COMMON",
-        entries: &[
+    KernelUnit::new(
+        "common",
+        &[
             "tandem_mma_f16_copy",
             "tandem_mma_bf16_copy",
             "tandem_mma_f16_q8_copy",
             "tandem_mmid_route",
         ],
-    },
-    KernelUnit {
-        name: "f16",
-        define: "TANDEM_UNIT_F16",
-        entries: &["tandem_mma_f16", "tandem_wgmma_f16"],
-    },
-    KernelUnit {
-        name: "bf16",
-        define: "TANDEM_UNIT_BF16",
-        entries: &["tandem_mma_bf16", "tandem_wgmma_bf16"],
-    },
-    KernelUnit {
-        name: "q4_0",
-        define: "TANDEM_UNIT_Q4_0",
-        entries: &[
+    ),
+    KernelUnit::new("f16", &["tandem_mma_f16", "tandem_wgmma_f16"]),
+    KernelUnit::new("bf16", &["tandem_mma_bf16", "tandem_wgmma_bf16"]),
+    KernelUnit::new(
+        "q4_0",
+        &[
             "tandem_mma_q4_0",
             "tandem_mmv_q4_0",
             "tandem_wgmma_q4_0",
             "tandem_wgmmq_q4_0",
             "tandem_mmid_mma_q4_0",
         ],
-    },
-    KernelUnit {
-        name: "q4_1",
-        define: "TANDEM_UNIT_Q4_1",
-        entries: &[
+    ),
+    KernelUnit::new(
+        "q4_1",
+        &[
             "tandem_mma_q4_1",
             "tandem_mmv_q4_1",
             "tandem_wgmma_q4_1",
             "tandem_wgmmq_q4_1",
             "tandem_mmid_mma_q4_1",
         ],
-    },
-    KernelUnit {
-        name: "q5_0",
-        define: "TANDEM_UNIT_Q5_0",
-        entries: &[
+    ),
+    KernelUnit::new(
+        "q5_0",
+        &[
             "tandem_mma_q5_0",
             "tandem_mmv_q5_0",
             "tandem_wgmma_q5_0",
             "tandem_wgmmq_q5_0",
             "tandem_mmid_mma_q5_0",
         ],
-    },
-    KernelUnit {
-        name: "q5_1",
-        define: "TANDEM_UNIT_Q5_1",
-        entries: &[
+    ),
+    KernelUnit::new(
+        "q5_1",
+        &[
             "tandem_mma_q5_1",
             "tandem_mmv_q5_1",
             "tandem_wgmma_q5_1",
             "tandem_wgmmq_q5_1",
             "tandem_mmid_mma_q5_1",
         ],
-    },
-    KernelUnit {
-        name: "q8_0",
-        define: "TANDEM_UNIT_Q8_0",
-        entries: &[
+    ),
+    KernelUnit::new(
+        "q8_0",
+        &[
             "tandem_mma_q8_0",
             "tandem_mmv_q8_0",
             "tandem_wgmma_q8_0",
             "tandem_wgmmq_q8_0",
             "tandem_mmid_mma_q8_0",
         ],
-    },
-    KernelUnit {
-        name: "iq4_nl",
-        define: "TANDEM_UNIT_IQ4_NL",
-        entries: &[
+    ),
+    KernelUnit::new(
+        "iq4_nl",
+        &[
             "tandem_mma_iq4_nl",
             "tandem_mmv_iq4_nl",
             "tandem_wgmma_iq4_nl",
             "tandem_wgmmq_iq4_nl",
             "tandem_mmid_mma_iq4_nl",
         ],
-    },
-    KernelUnit {
-        name: "q2_K",
-        define: "TANDEM_UNIT_Q2_K",
-        entries: &["tandem_mma_q2_K", "tandem_mmv_q2_K", "tandem_mmid_mma_q2_K"],
-    },
-    KernelUnit {
-        name: "q3_K",
-        define: "TANDEM_UNIT_Q3_K",
-        entries: &["tandem_mma_q3_K", "tandem_mmv_q3_K", "tandem_mmid_mma_q3_K"],
-    },
-    KernelUnit {
-        name: "q4_K",
-        define: "TANDEM_UNIT_Q4_K",
-        entries: &[
+    ),
+    KernelUnit::new("q2_K", &["tandem_mma_q2_K", "tandem_mmv_q2_K", "tandem_mmid_mma_q2_K"]),
+    KernelUnit::new("q3_K", &["tandem_mma_q3_K", "tandem_mmv_q3_K", "tandem_mmid_mma_q3_K"]),
+    KernelUnit::new(
+        "q4_K",
+        &[
             "tandem_mma_q4_K",
             "tandem_mmv_q4_K",
             "tandem_wgmmq_q4_K",
             "tandem_mmid_mma_q4_K",
         ],
-    },
-    KernelUnit {
-        name: "q5_K",
-        define: "TANDEM_UNIT_Q5_K",
-        entries: &[
+    ),
+    KernelUnit::new(
+        "q5_K",
+        &[
             "tandem_mma_q5_K",
             "tandem_mmv_q5_K",
             "tandem_wgmmq_q5_K",
             "tandem_mmid_mma_q5_K",
         ],
-    },
-    KernelUnit {
-        name: "q6_K",
-        define: "TANDEM_UNIT_Q6_K",
-        entries: &["tandem_mma_q6_K", "tandem_mmv_q6_K", "tandem_mmid_mma_q6_K"],
-    },
+    ),
+    KernelUnit::new("q6_K", &["tandem_mma_q6_K", "tandem_mmv_q6_K", "tandem_mmid_mma_q6_K"]),
 ];

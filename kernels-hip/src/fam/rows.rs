@@ -38,29 +38,7 @@ pub(crate) const FAMILIES: &[KernelSource] = &[
         family: "flash_attn",
         file: "flash_attn.hip",
         source: include_str!("../flash_attn.hip"),
-        entries: &[
-            "tandem_fa_f16_r4",
-            "tandem_fa_f16_r8",
-            "tandem_fa_f16_r16",
-            "tandem_fa_f16_l",
-            "tandem_fa_q8_0_r4",
-            "tandem_fa_q8_0_r8",
-            "tandem_fa_q8_0_r16",
-            "tandem_fa_q8_0_l",
-            "tandem_fa_any_r4",
-            "tandem_fa_any_r8",
-            "tandem_fa_any_r16",
-            "tandem_fa_any_l",
-            "tandem_fa_mma_d64",
-            "tandem_fa_mma_d96",
-            "tandem_fa_mma_d128",
-            "tandem_fa_mma_d256",
-            "tandem_fa_mmd_d64",
-            "tandem_fa_mmd_d96",
-            "tandem_fa_mmd_d128",
-            "tandem_fa_mmd_d256",
-            "tandem_fa_reduce",
-        ],
+        entries: &[], // the units' entries (`crate::units_of`)
         options: &[],
     },
 ];
@@ -69,59 +47,36 @@ pub(crate) const FAMILIES: &[KernelSource] = &[
 /// other K/V, the split reduction, and the tensor-core kernels (prefill and decode) of one head
 /// size each.
 pub(crate) const FLASH_ATTN_UNITS: &[KernelUnit] = &[
-    KernelUnit {
-        name: "f16",
-        define: "TANDEM_UNIT_F16",
-        entries: &[
+    KernelUnit::new(
+        "f16",
+        &[
             "tandem_fa_f16_r4",
             "tandem_fa_f16_r8",
             "tandem_fa_f16_r16",
             "tandem_fa_f16_l",
         ],
-    },
-    KernelUnit {
-        name: "q8_0",
-        define: "TANDEM_UNIT_Q8_0",
-        entries: &[
+    ),
+    KernelUnit::new(
+        "q8_0",
+        &[
             "tandem_fa_q8_0_r4",
             "tandem_fa_q8_0_r8",
             "tandem_fa_q8_0_r16",
             "tandem_fa_q8_0_l",
         ],
-    },
-    KernelUnit {
-        name: "any",
-        define: "TANDEM_UNIT_ANY",
-        entries: &[
+    ),
+    KernelUnit::new(
+        "any",
+        &[
             "tandem_fa_any_r4",
             "tandem_fa_any_r8",
             "tandem_fa_any_r16",
             "tandem_fa_any_l",
         ],
-    },
-    KernelUnit {
-        name: "reduce",
-        define: "TANDEM_UNIT_REDUCE",
-        entries: &["tandem_fa_reduce"],
-    },
-    KernelUnit {
-        name: "d64",
-        define: "TANDEM_UNIT_D64",
-        entries: &["tandem_fa_mma_d64", "tandem_fa_mmd_d64"],
-    },
-    KernelUnit {
-        name: "d96",
-        define: "TANDEM_UNIT_D96",
-        entries: &["tandem_fa_mma_d96", "tandem_fa_mmd_d96"],
-    },
-    KernelUnit {
-        name: "d128",
-        define: "TANDEM_UNIT_D128",
-        entries: &["tandem_fa_mma_d128", "tandem_fa_mmd_d128"],
-    },
-    KernelUnit {
-        name: "d256",
-        define: "TANDEM_UNIT_D256",
-        entries: &["tandem_fa_mma_d256", "tandem_fa_mmd_d256"],
-    },
+    ),
+    KernelUnit::new("reduce", &["tandem_fa_reduce"]),
+    KernelUnit::new("d64", &["tandem_fa_mma_d64", "tandem_fa_mmd_d64"]),
+    KernelUnit::new("d96", &["tandem_fa_mma_d96", "tandem_fa_mmd_d96"]),
+    KernelUnit::new("d128", &["tandem_fa_mma_d128", "tandem_fa_mmd_d128"]),
+    KernelUnit::new("d256", &["tandem_fa_mma_d256", "tandem_fa_mmd_d256"]),
 ];
